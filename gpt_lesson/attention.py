@@ -1,0 +1,169 @@
+"""The pieces of scaled dot-product attention, one function per step.
+
+Lessons show these one at a time; :mod:`gpt_lesson.model` composes them, so the
+course has exactly one implementation of attention.
+
+Shapes follow nanoGPT's convention: ``B`` batch, ``T`` sequence length, ``C``
+embedding size (``n_embd``), ``nh`` number of heads, ``hs`` head size
+(``C // nh``, also called ``d_k``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ._checks import check_positive_int, check_tensor
+
+__all__ = [
+    "attention_scores",
+    "causal_mask",
+    "padding_mask",
+    "apply_mask",
+    "attention_weights",
+    "weighted_sum",
+    "split_heads",
+    "merge_heads",
+    "naive_attention",
+    "sdpa_attention",
+]
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Scores ``q @ k^T * scale`` of shape (..., T_q, T_k).
+
+    ``scale=None`` means the standard ``1 / sqrt(d_k)`` with ``d_k = q.size(-1)``;
+    pass ``scale=1.0`` for unscaled scores.
+    """
+    check_tensor("q", q, min_dim=2)
+    check_tensor("k", k, min_dim=2)
+    if q.size(-1) != k.size(-1):
+        raise ValueError(
+            f"q has last dimension {q.size(-1)} but k has {k.size(-1)}; "
+            "queries and keys must have the same size d_k"
+        )
+    if scale is None:
+        scale = q.size(-1) ** -0.5
+    elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
+        raise TypeError(f"scale={scale!r} must be a number or None (None means 1/sqrt(d_k))")
+    elif not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale={scale!r} must be a finite positive number")
+    return (q @ k.transpose(-2, -1)) * scale  # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
+
+
+def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """The lower-triangular ``tril`` matrix of ones, shape (T, T).
+
+    Row ``i`` (a query) has ones in columns ``0..i`` (the keys it may look at):
+    position ``i`` sees itself and the past, never the future.
+    """
+    check_positive_int("T", T)
+    return torch.tril(torch.ones(T, T, device=device))
+
+
+def padding_mask(lengths: list[int] | torch.Tensor, T: int) -> torch.Tensor:
+    """Key-padding mask of shape (B, 1, T): 1 for real tokens, 0 for padding.
+
+    Sequence ``b`` has ``lengths[b]`` real tokens followed by padding. The mask
+    broadcasts over query rows: every query may look at every real key.
+    """
+    check_positive_int("T", T)
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be a 1-D list of sequence lengths, got shape {tuple(lengths.shape)}")
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be integers, got dtype {lengths.dtype}")
+    if bool(((lengths < 0) | (lengths > T)).any()):
+        raise ValueError(f"lengths={lengths.tolist()} must each be between 0 and T={T}")
+    positions = torch.arange(T)
+    return (positions[None, :] < lengths[:, None]).float()[:, None, :]
+
+
+def apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``scores.masked_fill(mask == 0, -inf)``: hidden positions get -inf.
+
+    After the softmax, ``exp(-inf) = 0`` makes those weights exactly zero.
+    The mask must broadcast to the scores' shape.
+    """
+    check_tensor("scores", scores, min_dim=2)
+    check_tensor("mask", mask, min_dim=1)
+    try:
+        torch.broadcast_shapes(mask.shape, scores.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {tuple(scores.shape)}"
+        ) from None
+    return scores.masked_fill(mask == 0, float("-inf"))
+
+
+def attention_weights(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension (the keys): each query row sums to 1."""
+    check_tensor("scores", scores, min_dim=1)
+    return F.softmax(scores, dim=-1)
+
+
+def weighted_sum(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``weights @ v``: each output row is a weighted average of the value rows."""
+    check_tensor("weights", weights, min_dim=2)
+    check_tensor("v", v, min_dim=2)
+    if weights.size(-1) != v.size(-2):
+        raise ValueError(
+            f"weights have {weights.size(-1)} key columns but v has {v.size(-2)} rows; they must match"
+        )
+    return weights @ v  # (..., T_q, T_k) @ (..., T_k, hs) -> (..., T_q, hs)
+
+
+def split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
+    """(B, T, C) -> (B, nh, T, hs): give each head its own slice of the channels."""
+    check_tensor("x", x, dims=3)
+    check_positive_int("n_head", n_head)
+    B, T, C = x.shape
+    if C % n_head != 0:
+        raise ValueError(f"the last dimension C={C} is not divisible by n_head={n_head}")
+    return x.view(B, T, n_head, C // n_head).transpose(1, 2)  # (B, T, nh, hs) -> (B, nh, T, hs)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, nh, T, hs) -> (B, T, C): transpose back, then lay the heads side by side."""
+    check_tensor("x", x, dims=4)
+    B, nh, T, hs = x.shape
+    return x.transpose(1, 2).contiguous().view(B, T, nh * hs)  # (B, T, nh, hs) -> (B, T, C)
+
+
+def naive_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    dropout: torch.nn.Module | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The explicit computation: scores -> mask -> softmax -> (dropout) -> weighted sum.
+
+    Returns ``(output, scores, weights)`` where ``scores`` are the scaled scores
+    before masking and ``weights`` the post-softmax weights (before dropout).
+    """
+    scores = attention_scores(q, k, scale)
+    masked = apply_mask(scores, mask) if mask is not None else scores
+    weights = attention_weights(masked)
+    used = dropout(weights) if dropout is not None else weights
+    return weighted_sum(used, v), scores, weights
+
+
+def sdpa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """PyTorch's fused ``F.scaled_dot_product_attention`` with the same conventions.
+
+    ``mask`` uses the course's convention (1 = visible, 0 = hidden).
+    """
+    attn_mask = None if mask is None else mask.bool()
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal and attn_mask is None
+    )

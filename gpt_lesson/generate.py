@@ -1,0 +1,104 @@
+"""Text generation: greedy, temperature and top-k sampling, with or without a KV cache.
+
+Without a cache, every new token runs the model over the whole (cropped) context
+again. With a cache, the keys and values of earlier positions are kept, so each new
+token costs one position's worth of work. Both give the same tokens: while the
+sequence fits in ``block_size`` the cache is used; once it is full, the context
+window slides, every position moves, and the cache is rebuilt from the cropped
+context (exactly what the uncached path computes).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._checks import check_token_ids
+from .model import GPT, KVCache
+
+__all__ = ["next_token_probs", "sample_next", "generate"]
+
+
+def _check_sampling(temperature: object, top_k: object, vocab_size: int) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature={temperature!r} must be a number (0 means greedy)")
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0 (0 means greedy decoding)")
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int):
+            raise TypeError(f"top_k={top_k!r} must be an integer or None")
+        if not 1 <= top_k <= vocab_size:
+            raise ValueError(f"top_k={top_k} must be between 1 and vocab_size={vocab_size}")
+
+
+def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
+    """The distribution sampling draws from: ``softmax(logits / temperature)`` over the top k.
+
+    ``temperature=0`` gives the one-hot distribution of greedy decoding.
+    """
+    _check_sampling(temperature, top_k, logits.size(-1))
+    if temperature == 0:
+        return F.one_hot(logits.argmax(dim=-1), logits.size(-1)).to(logits.dtype)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return F.softmax(logits, dim=-1)
+
+
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One token id per row of ``logits`` (B, vocab) -> (B, 1)."""
+    if temperature == 0:
+        _check_sampling(temperature, top_k, logits.size(-1))
+        return logits.argmax(dim=-1, keepdim=True)
+    probs = next_token_probs(logits, temperature, top_k)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    use_cache: bool = False,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Append ``max_new_tokens`` tokens to ``idx`` (B, T) and return (B, T + max_new_tokens).
+
+    ``temperature=0`` is greedy decoding. Contexts longer than ``block_size`` are
+    cropped to their last ``block_size`` tokens. The model is put in eval mode for
+    the call and its previous mode restored.
+    """
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+    vocab_size, block_size = model.config.vocab_size, model.config.block_size
+    check_token_ids(idx, vocab_size)
+    _check_sampling(temperature, top_k, vocab_size)
+    was_training = model.training
+    model.eval()
+    cache: KVCache | None = None
+    try:
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                logits, _ = model(idx[:, -block_size:])
+            elif cache is None or cache.length >= block_size:
+                # Start, or the window is full and slides: every position changes, so rebuild.
+                if cache is None:
+                    cache = KVCache.for_model(model, batch_size=idx.size(0))
+                cache.reset()
+                logits, _ = model(idx[:, -block_size:], kv_cache=cache)
+            else:
+                logits, _ = model(idx[:, -1:], kv_cache=cache)  # only the newest token
+            next_id = sample_next(logits[:, -1, :], temperature, top_k, generator)  # (B, 1)
+            idx = torch.cat((idx, next_id), dim=1)
+    finally:
+        model.train(was_training)
+    return idx

@@ -1,0 +1,277 @@
+"""The course's training loop: seeded batches, AdamW, warmup + cosine schedule,
+periodic train/val estimates, a tqdm progress bar and safe checkpoints.
+
+One loop serves every lesson. ``batch_size`` is the *global* batch of one optimizer
+step; it is drawn from one seeded generator and cut into ``grad_accum_steps``
+micro-batches, so the gradient of a step does not depend on how it is cut up.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from tqdm.auto import tqdm
+
+from ._checks import check_positive_int, check_tensor
+from .data import get_batch
+from .model import GPT, GPTConfig
+
+__all__ = [
+    "set_seed",
+    "pick_device",
+    "TrainConfig",
+    "lr_at",
+    "estimate_loss",
+    "evaluate_split",
+    "micro_batches",
+    "train",
+    "save_checkpoint",
+    "load_checkpoint",
+]
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python's and PyTorch's random generators."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed={seed!r} must be an integer")
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device(preferred: str | None = None) -> str:
+    """``preferred`` if given and available, else the best of cuda, mps, cpu."""
+    choices = ("cuda", "mps", "cpu")
+    if preferred is not None:
+        if preferred not in choices:
+            raise ValueError(f"device={preferred!r} is not one of {choices}")
+        if preferred == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device='cuda' was asked for but torch.cuda.is_available() is False")
+        if preferred == "mps" and not torch.backends.mps.is_available():
+            raise ValueError("device='mps' was asked for but torch.backends.mps.is_available() is False")
+        return preferred
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+@dataclass
+class TrainConfig:
+    """Everything the loop needs besides the model and the data."""
+
+    max_steps: int = 2000
+    batch_size: int = 12
+    learning_rate: float = 1e-3
+    min_lr: float | None = None  # cosine decay target; None keeps the rate constant
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    beta2: float = 0.99
+    grad_clip: float | None = 1.0
+    grad_accum_steps: int = 1
+    eval_interval: int = 200
+    eval_iters: int = 20
+    seed: int = 1337
+    device: str = "cpu"
+    progress: bool = True
+    checkpoint_path: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "batch_size", "grad_accum_steps", "eval_interval", "eval_iters"):
+            check_positive_int(name, getattr(self, name))
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps={self.warmup_steps!r} must be an integer >= 0")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
+        if self.min_lr is not None and not 0 <= self.min_lr <= self.learning_rate:
+            raise ValueError(f"min_lr={self.min_lr} must be between 0 and learning_rate={self.learning_rate}")
+        if self.batch_size % self.grad_accum_steps:
+            raise ValueError(
+                f"batch_size={self.batch_size} is not divisible by grad_accum_steps={self.grad_accum_steps}; "
+                "every micro-batch must have the same size"
+            )
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate at ``step``: linear warmup, then cosine decay to ``min_lr`` (or constant)."""
+    if step < cfg.warmup_steps:
+        return cfg.learning_rate * (step + 1) / cfg.warmup_steps
+    if cfg.min_lr is None:
+        return cfg.learning_rate
+    span = max(1, cfg.max_steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+
+
+@torch.no_grad()
+def estimate_loss(
+    model: GPT,
+    splits: dict[str, torch.Tensor],
+    batch_size: int,
+    eval_iters: int,
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict[str, float]:
+    """Mean loss over ``eval_iters`` batches of each split, in eval mode.
+
+    The batches come from a generator seeded with ``seed``, so every estimate of a run
+    uses the same batches and successive estimates are comparable.
+    """
+    was_training = model.training
+    model.eval()
+    out = {}
+    for name, data in splits.items():
+        g = torch.Generator().manual_seed(seed)
+        losses = [model(*get_batch(data, model.config.block_size, batch_size, g, device))[1].item()
+                  for _ in range(eval_iters)]
+        out[name] = sum(losses) / len(losses)
+    model.train(was_training)
+    return out
+
+
+@torch.no_grad()
+def evaluate_split(model: GPT, data: torch.Tensor, batch_size: int = 64, device: str = "cpu") -> float:
+    """The exact mean loss over every non-overlapping ``block_size`` window of ``data``."""
+    check_tensor("data", data, dims=1)
+    T = model.config.block_size
+    n = (len(data) - 1) // T
+    if n == 0:
+        raise ValueError(f"data has {len(data)} tokens; it needs more than block_size={T}")
+    x = data[: n * T].view(n, T)
+    y = data[1: n * T + 1].view(n, T)
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for i in range(0, n, batch_size):
+        _, loss = model(x[i:i + batch_size].to(device), y[i:i + batch_size].to(device))
+        total += loss.item() * x[i:i + batch_size].numel()
+    model.train(was_training)
+    return total / (n * T)
+
+
+def micro_batches(x: torch.Tensor, y: torch.Tensor, n_micro: int, rank: int = 0, world_size: int = 1):
+    """This rank's share of a global batch, cut into ``n_micro`` equal micro-batches."""
+    B = x.size(0)
+    if B % (n_micro * world_size):
+        raise ValueError(f"batch of {B} rows cannot be cut into {world_size} ranks x {n_micro} micro-batches")
+    per_rank = B // world_size
+    xs, ys = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+    return list(zip(xs.chunk(n_micro), ys.chunk(n_micro)))
+
+
+@dataclass
+class History:
+    """What a run measured: the loss of every step and the periodic estimates."""
+
+    step: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    eval_step: list[int] = field(default_factory=list)
+    train: list[float] = field(default_factory=list)
+    val: list[float] = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def train(
+    model: GPT,
+    train_data: torch.Tensor,
+    val_data: torch.Tensor,
+    cfg: TrainConfig | None = None,
+    callback: Callable[[int, History], None] | None = None,
+) -> History:
+    """Train ``model`` in place and return its :class:`History`.
+
+    Estimates train/val loss at step 0, every ``eval_interval`` steps and at the end.
+    Saves a checkpoint at the end when ``cfg.checkpoint_path`` is set.
+    """
+    cfg = cfg or TrainConfig()
+    check_tensor("train_data", train_data, dims=1)
+    check_tensor("val_data", val_data, dims=1)
+    set_seed(cfg.seed)
+    device = cfg.device
+    model.to(device)
+    model.train()
+    block_size = model.config.block_size
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(0.9, cfg.beta2),
+                                  weight_decay=cfg.weight_decay)
+    batch_gen = torch.Generator().manual_seed(cfg.seed)
+    hist = History()
+    splits = {"train": train_data, "val": val_data}
+
+    def evaluate(step: int) -> None:
+        est = estimate_loss(model, splits, cfg.batch_size, cfg.eval_iters, seed=cfg.seed + 1, device=device)
+        hist.eval_step.append(step)
+        hist.train.append(est["train"])
+        hist.val.append(est["val"])
+
+    start = time.perf_counter()
+    evaluate(0)
+    bar = tqdm(range(cfg.max_steps), disable=not cfg.progress, desc="training", unit="step")
+    for step in bar:
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(train_data, block_size, cfg.batch_size, batch_gen, device)
+        step_loss = 0.0
+        for xb, yb in micro_batches(x, y, cfg.grad_accum_steps):
+            _, loss = model(xb, yb)
+            (loss / cfg.grad_accum_steps).backward()
+            step_loss += loss.item() / cfg.grad_accum_steps
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        hist.step.append(step + 1)
+        hist.loss.append(step_loss)
+        hist.lr.append(lr)
+        hist.tokens += x.numel()
+        if (step + 1) % cfg.eval_interval == 0 or step + 1 == cfg.max_steps:
+            evaluate(step + 1)
+            bar.set_postfix(train=f"{hist.train[-1]:.3f}", val=f"{hist.val[-1]:.3f}")
+        if callback is not None:
+            callback(step + 1, hist)
+    bar.close()
+    hist.seconds = time.perf_counter() - start
+    if cfg.checkpoint_path:
+        save_checkpoint(cfg.checkpoint_path, model, extra={"history": hist.to_dict(), "train_config": asdict(cfg)})
+    return hist
+
+
+def save_checkpoint(path: str | os.PathLike, model: GPT, extra: dict | None = None) -> Path:
+    """Write the weights and config to ``path`` atomically (a temp file, then a rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"model": model.state_dict(), "config": model.config.to_dict(), "extra": extra or {}}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, model: GPT | None = None, device: str = "cpu") -> tuple[GPT, dict]:
+    """Load a checkpoint with ``weights_only=True``; builds the model from its config when none is given."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    ckpt = torch.load(path, map_location=device, weights_only=True)
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
+        raise ValueError(f"{path} is not a gpt_lesson checkpoint (expected keys 'model' and 'config')")
+    if model is None:
+        model = GPT(GPTConfig(**ckpt["config"]))
+    model.load_state_dict(ckpt["model"], strict=True)
+    return model.to(device), ckpt
