@@ -158,6 +158,7 @@ def sdpa_attention(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """PyTorch's fused ``F.scaled_dot_product_attention`` with the same conventions.
 
@@ -165,5 +166,5 @@ def sdpa_attention(
     """
     attn_mask = None if mask is None else mask.bool()
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal and attn_mask is None
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal and attn_mask is None, scale=scale
     )

@@ -12,7 +12,8 @@ is the source model:
   (``F.scaled_dot_product_attention``);
 * attention capture (``capture_attention=True`` or :meth:`GPT.attention_records`);
 * a KV cache for generation (:class:`KVCache`, ``forward(idx, kv_cache=cache)``);
-* the dropout rate (``dropout=0.1`` as in the source).
+* the dropout rate (``dropout=0.1`` as in the source);
+* for experiments only: ``causal=False`` (no mask) and ``attn_scale`` (1.0 = unscaled).
 """
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ def _check_attn_impl(attn_impl: object) -> str:
     if attn_impl not in ATTN_IMPLS:
         raise ValueError(f"attn_impl={attn_impl!r} is not one of {ATTN_IMPLS}")
     return attn_impl  # type: ignore[return-value]
+
+
+def _check_scale(scale: object) -> float | None:
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"attn_scale={scale!r} must be a number or None (None means 1/sqrt(head_size))")
+    if not scale > 0:
+        raise ValueError(f"attn_scale={scale} must be > 0")
+    return float(scale)
 
 
 def _check_sizes(n_embd: object, n_head: object, block_size: object) -> None:
@@ -59,6 +70,8 @@ class GPTConfig:
     dropout: float = 0.1
     attn_impl: str = "naive"
     capture_attention: bool = False
+    causal: bool = True  # False removes the mask: for lessons that show what goes wrong
+    attn_scale: float | None = None  # None is 1/sqrt(head_size); 1.0 means no scaling
 
     def __post_init__(self) -> None:
         check_positive_int("vocab_size", self.vocab_size)
@@ -66,6 +79,7 @@ class GPTConfig:
         _check_sizes(self.n_embd, self.n_head, self.block_size)
         check_probability("dropout", self.dropout)
         _check_attn_impl(self.attn_impl)
+        _check_scale(self.attn_scale)
 
     @property
     def head_size(self) -> int:
@@ -149,9 +163,13 @@ class CausalSelfAttention(nn.Module):
         *,
         attn_impl: str = "naive",
         capture: bool = False,
+        causal: bool = True,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         _check_sizes(n_embd, n_head, block_size)
+        self.causal = causal
+        self.scale = _check_scale(scale)  # None: the standard 1/sqrt(head_size)
         self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
         self.dropout_p = check_probability("dropout", dropout)
         self.attn_impl = _check_attn_impl(attn_impl)
@@ -177,16 +195,17 @@ class CausalSelfAttention(nn.Module):
             raise ValueError(f"sequence length {past + T} is longer than block_size={self.tril.size(0)}")
         # Query i sits at position past + i and may see keys 0..past + i. A single new
         # token sees every cached key, so it needs no mask.
-        mask = self.tril[past:past + T, :past + T] if T > 1 else None
+        mask = self.tril[past:past + T, :past + T] if T > 1 and self.causal else None
 
         if self.attn_impl == "naive" or self.capture:
-            y, scores, weights = naive_attention(q, k, v, mask, dropout=self.attn_dropout)
+            y, scores, weights = naive_attention(q, k, v, mask, scale=self.scale, dropout=self.attn_dropout)
             if self.capture:
                 self.captured = {"q": q.detach(), "k": k.detach(), "v": v.detach(),
                                  "scores": scores.detach(), "weights": weights.detach()}
         if self.attn_impl == "sdpa":
             p = self.dropout_p if self.training else 0.0
-            y = sdpa_attention(q, k, v, None if past == 0 else mask, dropout_p=p, is_causal=past == 0)
+            y = sdpa_attention(q, k, v, None if past == 0 else mask, dropout_p=p,
+                               is_causal=past == 0 and mask is not None, scale=self.scale)
         return self.c_proj(merge_heads(y))  # (B, T, C)
 
 
@@ -220,10 +239,13 @@ class Block(nn.Module):
         *,
         attn_impl: str = "naive",
         capture: bool = False,
+        causal: bool = True,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(n_embd)
-        self.sa = CausalSelfAttention(n_embd, n_head, block_size, dropout, attn_impl=attn_impl, capture=capture)
+        self.sa = CausalSelfAttention(n_embd, n_head, block_size, dropout, attn_impl=attn_impl,
+                                      capture=capture, causal=causal, scale=scale)
         self.ln2 = nn.LayerNorm(n_embd)
         self.ffwd = FeedForward(n_embd, dropout)
 
@@ -255,6 +277,8 @@ class GPT(nn.Module):
         dropout: float = 0.1,
         attn_impl: str = "naive",
         capture_attention: bool = False,
+        causal: bool = True,
+        attn_scale: float | None = None,
     ) -> None:
         super().__init__()
         if isinstance(vocab_size, GPTConfig):
@@ -267,13 +291,14 @@ class GPT(nn.Module):
             if missing:
                 raise TypeError(f"GPT() is missing sizes {missing}; pass all five sizes or a GPTConfig")
             config = GPTConfig(vocab_size, n_embd, n_head, n_layer, block_size,  # type: ignore[arg-type]
-                               dropout, attn_impl, capture_attention)
+                               dropout, attn_impl, capture_attention, causal, attn_scale)
         self.config = config
         c = config
         self.token_embedding_table = nn.Embedding(c.vocab_size, c.n_embd)
         self.position_embedding_table = nn.Embedding(c.block_size, c.n_embd)
         self.blocks = nn.Sequential(*[
-            Block(c.n_embd, c.n_head, c.block_size, c.dropout, attn_impl=c.attn_impl, capture=c.capture_attention)
+            Block(c.n_embd, c.n_head, c.block_size, c.dropout, attn_impl=c.attn_impl,
+                  capture=c.capture_attention, causal=c.causal, scale=c.attn_scale)
             for _ in range(c.n_layer)
         ])
         self.ln_f = nn.LayerNorm(c.n_embd)

@@ -1,0 +1,190 @@
+"""Small, seeded experiments that back the course's claims with numbers.
+
+Lessons 03, 04 and 11 and the explorers call these, so a claim such as "the
+variance of q.k grows with d_k" or "without the mask the model reads the answer"
+is computed the same way everywhere.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._checks import check_positive_int, check_token_ids
+from .attention import apply_mask, attention_scores, attention_weights, padding_mask, weighted_sum
+from .data import CharTokenizer
+from .model import GPT, GPTConfig
+from .train import History, TrainConfig, train
+
+__all__ = [
+    "scale_factor",
+    "qk_variance",
+    "variance_table",
+    "softmax_stats",
+    "leak_test",
+    "cross_attention",
+    "kv_cache_bytes",
+    "encoder_decoder_cache_bytes",
+    "train_small",
+]
+
+SCALINGS = ("none", "sqrt", "temperature")
+
+
+def scale_factor(d_k: int, scaling: str = "sqrt", temperature: float = 1.0) -> float:
+    """The multiplier applied to q.k: 1 (``"none"``), 1/sqrt(d_k) (``"sqrt"``) or 1/(sqrt(d_k)*temperature)."""
+    check_positive_int("d_k", d_k)
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling={scaling!r} is not one of {SCALINGS}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature={temperature!r} must be a number")
+    if not temperature > 0:
+        raise ValueError(f"temperature={temperature} must be > 0")
+    if scaling == "none":
+        return 1.0
+    if scaling == "sqrt":
+        return d_k ** -0.5
+    return d_k ** -0.5 / temperature
+
+
+def qk_variance(d_k: int, n_samples: int = 10_000, scale: float = 1.0, seed: int = 0) -> float:
+    """Measured variance of ``scale * q.k`` for q, k with independent unit-variance entries.
+
+    Theory: Var(q.k) = d_k, so the unscaled variance grows with d_k and
+    ``scale = 1/sqrt(d_k)`` brings it back to 1.
+    """
+    check_positive_int("d_k", d_k)
+    check_positive_int("n_samples", n_samples)
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(n_samples, d_k, generator=g)
+    k = torch.randn(n_samples, d_k, generator=g)
+    return float(((q * k).sum(-1) * scale).var())
+
+
+def variance_table(d_ks=(4, 16, 64, 256, 1024), n_samples: int = 10_000, seed: int = 0) -> list[dict]:
+    """One row per d_k: measured variance of q.k unscaled and scaled by 1/sqrt(d_k)."""
+    return [{"d_k": d, "unscaled": qk_variance(d, n_samples, 1.0, seed),
+             "scaled": qk_variance(d, n_samples, d ** -0.5, seed)} for d in d_ks]
+
+
+def softmax_stats(d_k: int, T: int = 16, scale: float = 1.0, seed: int = 0) -> dict:
+    """Softmax of one query's scores over ``T`` random keys: how peaked it is and how much gradient flows.
+
+    Returns ``weights`` (T,), ``max_weight``, ``entropy`` (nats; ln T is uniform, 0 is
+    one-hot) and ``grad_norm``, the Frobenius norm of the softmax Jacobian
+    ``diag(p) - p p^T``: it goes to 0 as the softmax saturates to one-hot, so almost
+    no gradient reaches the scores.
+    """
+    check_positive_int("d_k", d_k)
+    check_positive_int("T", T)
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, d_k, generator=g)
+    k = torch.randn(T, d_k, generator=g)
+    p = attention_weights(attention_scores(q, k, scale=scale))[0]  # (T,)
+    jac = torch.diag(p) - torch.outer(p, p)
+    entropy = float(-(p * torch.log(p.clamp_min(1e-30))).sum())
+    return {"weights": p, "max_weight": float(p.max()), "entropy": entropy,
+            "grad_norm": float(torch.linalg.matrix_norm(jac)), "uniform_entropy": math.log(T)}
+
+
+@torch.no_grad()
+def leak_test(model: GPT, idx: torch.Tensor, t: int, seed: int = 0) -> float:
+    """Replace every token after position ``t`` with random ones; return the largest change
+    of the logits at positions ``0..t``. A causal model gives 0 (up to float rounding)."""
+    check_token_ids(idx, model.config.vocab_size, model.config.block_size)
+    T = idx.size(1)
+    if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < T - 1:
+        raise ValueError(f"t={t!r} must be an integer position in [0, T-1={T - 1}) so that some tokens follow it")
+    g = torch.Generator().manual_seed(seed)
+    changed = idx.clone()
+    changed[:, t + 1:] = torch.randint(model.config.vocab_size, (idx.size(0), T - t - 1), generator=g)
+    was_training = model.training
+    model.eval()
+    a, _ = model(idx)
+    b, _ = model(changed)
+    model.train(was_training)
+    return float((a[:, :t + 1] - b[:, :t + 1]).abs().max())
+
+
+def cross_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_lengths: list[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoder queries (B, T_dec, d) over encoder keys/values (B, T_src, d).
+
+    No causal mask: the source sequence is fully known. Only padding keys (beyond
+    ``key_lengths``) are hidden. Returns ``(output, weights)``.
+    """
+    scores = attention_scores(q, k)  # (B, T_dec, T_src)
+    if key_lengths is not None:
+        scores = apply_mask(scores, padding_mask(key_lengths, k.size(-2)))
+    weights = attention_weights(scores)
+    return weighted_sum(weights, v), weights
+
+
+def kv_cache_bytes(n_layer: int, T: int, n_embd: int, bytes_per_number: int = 4, batch_size: int = 1,
+                   n_head: int | None = None, n_kv_head: int | None = None) -> int:
+    """Size of a decoder's KV cache: ``2 x n_layer x T x n_embd x bytes`` per sequence.
+
+    With grouped-query attention (``n_kv_head < n_head``) only ``n_kv_head`` heads of
+    keys and values are stored, so the size shrinks by ``n_kv_head / n_head``.
+    """
+    for name, value in [("n_layer", n_layer), ("T", T), ("n_embd", n_embd),
+                        ("bytes_per_number", bytes_per_number), ("batch_size", batch_size)]:
+        check_positive_int(name, value)
+    kv_width = n_embd
+    if n_kv_head is not None or n_head is not None:
+        if n_head is None or n_kv_head is None:
+            raise ValueError("give both n_head and n_kv_head for grouped-query attention")
+        check_positive_int("n_head", n_head)
+        check_positive_int("n_kv_head", n_kv_head)
+        if n_head % n_kv_head or n_embd % n_head:
+            raise ValueError(f"n_head={n_head} must be a multiple of n_kv_head={n_kv_head} and divide n_embd={n_embd}")
+        kv_width = n_embd // n_head * n_kv_head
+    return 2 * n_layer * T * kv_width * bytes_per_number * batch_size
+
+
+def encoder_decoder_cache_bytes(n_dec_layer: int, T_src: int, T_out: int, n_embd: int,
+                                bytes_per_number: int = 4) -> dict:
+    """What an encoder-decoder keeps while it generates ``T_out`` tokens for a ``T_src`` source.
+
+    Each decoder layer caches its self-attention keys/values (grows with T_out) and
+    the cross-attention keys/values of the whole source (fixed, T_src positions).
+    """
+    self_attn = kv_cache_bytes(n_dec_layer, T_out, n_embd, bytes_per_number)
+    cross = kv_cache_bytes(n_dec_layer, T_src, n_embd, bytes_per_number)
+    return {"self_attention": self_attn, "cross_attention": cross, "total": self_attn + cross}
+
+
+def train_small(
+    text: str,
+    *,
+    causal: bool = True,
+    attn_scale: float | None = None,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_layer: int = 2,
+    block_size: int = 32,
+    steps: int = 300,
+    batch_size: int = 32,
+    learning_rate: float = 3e-3,
+    eval_interval: int = 100,
+    seed: int = 1337,
+    max_chars: int = 200_000,
+) -> tuple[GPT, CharTokenizer, History]:
+    """Train a tiny character GPT on the first ``max_chars`` of ``text`` for a few seconds.
+
+    ``causal=False`` removes the mask (the model can read the next character, the
+    answer) and ``attn_scale=1.0`` removes the 1/sqrt(d_k) scaling; everything else,
+    including the seed and the batches, is the same, so runs can be compared.
+    """
+    text = text[:max_chars]
+    tokenizer = CharTokenizer(text)
+    data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    n = int(0.9 * len(data))
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(tokenizer.vocab_size, n_embd, n_head, n_layer, block_size, dropout=0.0,
+                          causal=causal, attn_scale=attn_scale))
+    cfg = TrainConfig(max_steps=steps, batch_size=batch_size, learning_rate=learning_rate,
+                      eval_interval=eval_interval, eval_iters=10, seed=seed, progress=False)
+    hist = train(model, data[:n], data[n:], cfg)
+    return model, tokenizer, hist
