@@ -1,0 +1,504 @@
+"""Offline reveal.js decks from the lesson notebooks, and student copies without solutions.
+
+Build every deck into ``slides/`` (one ``NN_name.html`` per notebook, an ``index.html``
+listing them, and a ``vendor/`` folder with reveal.js, jQuery, require.js and MathJax)::
+
+    python -m gpt_lesson.slides [--out slides/] [--notebooks notebooks/] [--strip-solutions]
+
+The decks are what ``jupyter nbconvert --to slides`` makes from each cell's
+``slideshow.slide_type`` (slide / subslide / fragment / skip / notes), with every script,
+style sheet and image they need stored locally, so they open from a USB stick in a lecture
+room with no network. The scripts come from the npm registry at build time (``npm pack`` of
+pinned versions whose sha512 is checked); once ``vendor/`` exists, rebuilding needs no network.
+
+Hand-outs for learners (the same notebooks with the ``<details>`` solution blocks removed)::
+
+    python -m gpt_lesson.slides --student-copies student/
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import hashlib
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+__all__ = [
+    "VENDOR_PACKAGES",
+    "VendorError",
+    "Deck",
+    "count_slides",
+    "strip_solutions",
+    "write_student_copies",
+    "find_notebooks",
+    "fetch_vendor",
+    "build_deck",
+    "build_decks",
+    "remote_references",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# npm packages copied next to the decks: name -> (version, integrity as the registry states it).
+# nbconvert's template was written for reveal.js 4.0.2; 4.6.1 is the last 4.x and keeps the same
+# UMD files (dist/reveal.js, plugin/notes/notes.js) that the template loads through require.js.
+VENDOR_PACKAGES: dict[str, tuple[str, str]] = {
+    "reveal.js": ("4.6.1", "sha512-1CW0auaXNPmwmvQ7TwpszwVxMi2Xr5cTS3J3EBC/HHgbPF32Dn7aiu/LKWDOGjMbaDwKQiGmfqcoGQ74HUHCMw=="),
+    "jquery": ("3.7.1", "sha512-m4avr8yL8kmFN8psrbFFFmB/If14iN5o9nw/NgnnM+kybDJpRsAynV2BsfpTYrTRysYUdADVD7CkUUizgkpLfg=="),
+    "requirejs": ("2.3.7", "sha512-DouTG8T1WanGok6Qjg2SXuCMzszOo0eHeH9hDZ5Y4x8Je+9JB38HdTLT4/VA8OaUhBa0JPVHJ0pyBkM1z+pDsw=="),
+    "mathjax": ("2.7.9", "sha512-NOGEDTIM9+MrsqnjPEjVGNx4q0GQxqm61yQwSK+/5S59i26wId5IC5gNu9/bu8+CCVl5p9G2IHcAl/wJa+5+BQ=="),
+}
+
+# Which files of each package the decks use (paths inside the tarball's package/ folder).
+# MathJax 2 is 73 MB unpacked; the decks need only TeX input and CommonHTML output (~6 MB).
+_VENDOR_FILES: dict[str, list[str]] = {
+    "reveal.js": ["LICENSE", "dist/", "plugin/notes/"],
+    "jquery": ["LICENSE.txt", "dist/jquery.min.js"],
+    "requirejs": ["require.js"],
+    "mathjax": [
+        "LICENSE", "MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions/",
+        "jax/input/TeX/", "jax/output/CommonHTML/", "jax/output/PreviewHTML/", "jax/element/",
+        "fonts/HTML-CSS/TeX/woff/", "fonts/HTML-CSS/TeX/otf/", "localization/en/",
+    ],
+}
+
+# Where the decks find them, relative to the deck's own folder.
+_REVEAL_PREFIX = "vendor/reveal.js"
+_JQUERY_URL = "vendor/jquery/dist/jquery.min.js"
+_REQUIRE_URL = "vendor/requirejs/require.js"
+_MATHJAX_URL = "vendor/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
+
+# "white" loads its fonts from vendor/reveal.js/dist/theme/fonts; nbconvert's default "simple"
+# (and most other themes) @import Google Fonts, which fails offline.
+_REVEAL_THEME = "white"
+_STAMP = "VERSIONS.json"
+_SLIDE_TYPES = ("slide", "subslide", "fragment", "skip", "notes", "-")
+
+# nbconvert's reveal template imports mermaid from a CDN as an ES module on every deck; the
+# course has no mermaid diagrams, so this template drops that block (the rest is unchanged).
+_TEMPLATE_NAME = "gpt_lesson_reveal"
+_TEMPLATE_CONF = {"base_template": "reveal", "mimetypes": {"text/html": True}}
+_TEMPLATE_INDEX = """{%- extends 'reveal/index.html.j2' -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+_SOLUTION_RE = re.compile(
+    r"<details>\s*<summary>[^<]*solution[^<]*</summary>.*?</details>", re.IGNORECASE | re.DOTALL
+)
+_SOLUTION_NOTE = "*(Solution removed from this copy: it is in the teacher's version.)*"
+_BADGE_RE = re.compile(r"\[!\[([^\]]*)\]\((?:https?:)?//[^)]*\)\]\(([^)]*)\)")
+_WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+_WIDGET_NOTE = (
+    '<p style="font-style: italic; color: #555;">[Live widget: open this notebook in JupyterLab '
+    "and present it with RISE (Alt+R) to use it.]</p>"
+)
+
+
+class VendorError(RuntimeError):
+    """npm is missing or the registry did not deliver the pinned packages."""
+
+
+@dataclass
+class Deck:
+    """One built deck: where it came from, where it is, and how many slides it has."""
+
+    notebook: Path
+    html: Path
+    title: str
+    horizontal: int  # top-level slides (slide_type "slide"), Reveal.getHorizontalSlides().length
+    total: int  # every slide and subslide, Reveal.getTotalSlides()
+
+
+def _slide_type(cell: dict) -> str:
+    slideshow = cell.get("metadata", {}).get("slideshow", {})
+    return slideshow.get("slide_type", "-") if isinstance(slideshow, dict) else "-"
+
+
+def count_slides(nb: dict) -> tuple[int, int]:
+    """(top-level slides, all slides and subslides) that nbconvert makes from ``nb``.
+
+    Same grouping as nbconvert's reveal preprocessor: the first cell that is neither
+    "skip" nor "notes" opens the first slide; after it every "slide" cell opens a new
+    top-level slide and every "slide" or "subslide" cell a new (vertical) subslide.
+    """
+    types = [_slide_type(c) for c in nb["cells"]]
+    for bad in sorted({t for t in types if t not in _SLIDE_TYPES}):
+        raise ValueError(f"slide_type={bad!r} is not one of {_SLIDE_TYPES}")
+    first = next((i for i, t in enumerate(types) if t not in ("skip", "notes")), None)
+    if first is None:
+        raise ValueError("every cell is 'skip' or 'notes': the notebook has no slide to show")
+    rest = types[first + 1:]
+    return 1 + rest.count("slide"), 1 + rest.count("slide") + rest.count("subslide")
+
+
+def strip_solutions(nb: dict, note: str = _SOLUTION_NOTE) -> tuple[dict, int]:
+    """A copy of ``nb`` whose ``<details><summary>Solution...`` blocks are replaced by ``note``.
+
+    Returns ``(copy, number of blocks removed)``. Other ``<details>`` blocks (hints) stay.
+    """
+    out = copy.deepcopy(nb)
+    removed = 0
+    for cell in out["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        source, n = _SOLUTION_RE.subn(note, cell["source"])
+        if n:
+            cell["source"] = source
+            removed += n
+    return out, removed
+
+
+def find_notebooks(notebooks_dir: str | os.PathLike) -> list[Path]:
+    """The lesson notebooks in ``notebooks_dir`` (``*.ipynb``, sorted, checkpoints excluded)."""
+    folder = Path(notebooks_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"notebooks folder {folder} does not exist")
+    return sorted(p for p in folder.glob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+def write_student_copies(notebooks: list[Path], out_dir: str | os.PathLike) -> list[tuple[Path, int]]:
+    """Write each notebook without its solution blocks to ``out_dir``; returns (path, blocks removed)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in notebooks:
+        stripped, n = strip_solutions(nbformat.read(path, as_version=4))
+        dest = out / path.name
+        if dest.resolve() == path.resolve():
+            raise ValueError(f"student copy {dest} would overwrite the teacher's notebook {path}")
+        nbformat.write(nbformat.from_dict(stripped), dest)
+        written.append((dest, n))
+    return written
+
+
+# ---------------------------------------------------------------------------------------------
+# Vendor files from npm
+
+
+def _integrity(path: Path) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(path.read_bytes()).digest()).decode()
+
+
+def _npm_pack(specs: list[str], dest: Path, timeout: float) -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise VendorError(
+            "npm was not found on PATH. The offline decks copy reveal.js, jQuery, require.js and "
+            "MathJax from the npm registry at build time: install Node.js and npm "
+            "(Debian/Ubuntu: apt-get install -y npm) and run the build again with network access once."
+        )
+    cmd = [npm, "pack", "--prefer-offline", "--pack-destination", str(dest), *specs]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=dest)
+    except subprocess.TimeoutExpired:
+        raise VendorError(
+            f"`{' '.join(cmd)}` did not finish within {timeout:.0f} s: is the npm registry reachable?"
+        ) from None
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:])
+        raise VendorError(
+            f"`npm pack {' '.join(specs)}` failed (exit code {proc.returncode}), so the decks cannot "
+            "get reveal.js and the other scripts they need offline. Check that the npm registry "
+            f"({os.environ.get('npm_config_registry', 'https://registry.npmjs.org/')}) is reachable. "
+            f"npm said:\n{tail}"
+        )
+
+
+def _copy_from_tarball(tarball: Path, wanted: list[str], dest: Path) -> int:
+    """Extract the ``wanted`` files and folders (trailing "/") of an npm tarball into ``dest``."""
+    copied = 0
+    with tarfile.open(tarball, "r:gz") as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            rel = member.name.split("/", 1)[1] if "/" in member.name else member.name
+            if not any(rel == w or (w.endswith("/") and rel.startswith(w)) for w in wanted):
+                continue
+            target = (dest / rel).resolve()
+            if dest.resolve() not in target.parents:
+                raise VendorError(f"{tarball.name} holds a path outside its package: {member.name}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tar.extractfile(member) as src, open(target, "wb") as out:  # type: ignore[union-attr]
+                shutil.copyfileobj(src, out)
+            copied += 1
+    for w in wanted:
+        if not (dest / w).exists():
+            raise VendorError(f"{tarball.name} has no {w!r}; the pinned version may have changed layout")
+    return copied
+
+
+def fetch_vendor(vendor_dir: str | os.PathLike, timeout: float = 300.0) -> Path:
+    """Put the pinned reveal.js, jQuery, require.js and MathJax into ``vendor_dir``.
+
+    Reuses ``vendor_dir`` when its ``VERSIONS.json`` matches :data:`VENDOR_PACKAGES` (no
+    network needed then). Otherwise runs ``npm pack`` (npm's cache first, then the registry),
+    checks each tarball's sha512 against the pin and copies the files the decks load.
+    Raises :class:`VendorError` with the reason when npm is missing or the registry fails.
+    """
+    vendor = Path(vendor_dir)
+    stamp = vendor / _STAMP
+    pins = {name: version for name, (version, _) in VENDOR_PACKAGES.items()}
+    if stamp.is_file() and json.loads(stamp.read_text()) == pins:
+        return vendor
+    with tempfile.TemporaryDirectory(prefix="gpt_lesson_npm_") as tmp:
+        tmp_dir = Path(tmp)
+        _npm_pack([f"{name}@{version}" for name, version in pins.items()], tmp_dir, timeout)
+        staging = tmp_dir / "vendor"
+        for name, (version, integrity) in VENDOR_PACKAGES.items():
+            tarball = tmp_dir / f"{name.replace('@', '').replace('/', '-')}-{version}.tgz"
+            if not tarball.is_file():
+                raise VendorError(f"npm pack did not write {tarball.name}")
+            got = _integrity(tarball)
+            if got != integrity:
+                raise VendorError(f"{tarball.name} has integrity {got}, expected the pinned {integrity}")
+            _copy_from_tarball(tarball, _VENDOR_FILES[name], staging / name)
+        (staging / _STAMP).write_text(json.dumps(pins, indent=2) + "\n")
+        if vendor.exists():
+            shutil.rmtree(vendor)
+        vendor.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(staging, vendor)
+    return vendor
+
+
+# ---------------------------------------------------------------------------------------------
+# Decks
+
+
+_MD_IMAGE_RE = re.compile(r"(!\[[^\]]*\]\()([^)\s]+)((?:\s+\"[^\"]*\")?\))")
+_HTML_IMAGE_RE = re.compile(r"(<img\b[^>]*?\bsrc\s*=\s*[\"'])([^\"']+)([\"'])", re.I)
+_IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
+                ".svg": "image/svg+xml", ".webp": "image/webp"}
+
+
+def _embed_local_images(source: str, base_dir: Path) -> str:
+    """Replace references to image files next to the notebook by ``data:`` URLs.
+
+    (nbconvert's own ``embed_images`` option also re-nests ``<details>`` blocks and shows the
+    solutions open, so the decks do this themselves.)
+    """
+    def repl(m: re.Match) -> str:
+        src = m.group(2)
+        path = base_dir / src
+        kind = _IMAGE_TYPES.get(path.suffix.lower())
+        if "://" in src or src.startswith(("data:", "attachment:")) or kind is None or not path.is_file():
+            return m.group(0)
+        data = base64.b64encode(path.read_bytes()).decode()
+        return f"{m.group(1)}data:{kind};base64,{data}{m.group(3)}"
+
+    return _HTML_IMAGE_RE.sub(repl, _MD_IMAGE_RE.sub(repl, source))
+
+
+def _deck_notebook(nb: dict, solutions: bool, base_dir: Path) -> dict:
+    """The notebook as the deck shows it: local images inlined, badges as text links, widget
+    views as a short note, and optionally no solutions."""
+    nb, _ = (copy.deepcopy(nb), 0) if solutions else strip_solutions(nb)
+    nb["metadata"].pop("widgets", None)  # saved widget state would load the renderer from a CDN
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            # Badge images come from colab.research.google.com / mybinder.org: offline they would
+            # show as broken images on the title slide, so the deck keeps the links as text.
+            cell["source"] = _embed_local_images(_BADGE_RE.sub(r"[\1](\2)", cell["source"]), base_dir)
+        elif cell["cell_type"] == "code":
+            for i, out in enumerate(cell.get("outputs", [])):
+                if _WIDGET_MIME in out.get("data", {}):
+                    cell["outputs"][i] = nbformat.v4.new_output(
+                        "display_data", data={"text/html": _WIDGET_NOTE, "text/plain": "[live widget]"}
+                    )
+    return nb
+
+
+def _deck_title(nb: dict, fallback: str) -> str:
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            m = re.search(r"^#\s+(.+)$", cell["source"], re.MULTILINE)
+            if m:
+                return m.group(1).strip()
+    return fallback
+
+
+def _make_exporter(template_dir: Path):
+    from nbconvert import SlidesExporter  # imported here: nbconvert is slow to import
+
+    (template_dir / _TEMPLATE_NAME).mkdir(parents=True, exist_ok=True)
+    (template_dir / _TEMPLATE_NAME / "conf.json").write_text(json.dumps(_TEMPLATE_CONF))
+    (template_dir / _TEMPLATE_NAME / "index.html.j2").write_text(_TEMPLATE_INDEX)
+    exporter = SlidesExporter(
+        extra_template_basedirs=[str(template_dir)],
+        template_name=_TEMPLATE_NAME,
+        reveal_url_prefix=_REVEAL_PREFIX,
+        reveal_theme=_REVEAL_THEME,
+        reveal_number="c/t",
+        jquery_url=_JQUERY_URL,
+        require_js_url=_REQUIRE_URL,
+        mathjax_url=_MATHJAX_URL,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+    )
+    return exporter
+
+
+_REMOTE_PATTERNS = [
+    re.compile(r"<(?:script|img|link|iframe|source|video|audio|embed)\b[^>]*?\b(?:src|href)\s*=\s*[\"']?((?:https?:)?//[^\"'\s>]+)", re.I),
+    re.compile(r"url\(\s*[\"']?((?:https?:)?//[^\"')\s]+)", re.I),
+    re.compile(r"@import\s+[\"']((?:https?:)?//[^\"']+)", re.I),
+    re.compile(r"\bimport\b[^;\n]*?\bfrom\s*[\"']((?:https?:)?//[^\"']+)", re.I),
+    re.compile(r"\bimport\(\s*[\"']((?:https?:)?//[^\"']+)", re.I),
+]
+
+
+def remote_references(page: str) -> list[str]:
+    """URLs on other hosts that the page would load by itself (scripts, styles, images, fonts).
+
+    Plain links (``<a href="https://...">``) are not loads and are not listed.
+    """
+    found: list[str] = []
+    for pattern in _REMOTE_PATTERNS:
+        found += pattern.findall(page)
+    return sorted(set(found))
+
+
+def _link_decks(page: str, deck_names: set[str]) -> str:
+    """Point links to sibling notebooks (``02_x.ipynb``) at their decks (``02_x.html``)."""
+    def repl(m: re.Match) -> str:
+        stem, anchor = m.group(2), m.group(3) or ""
+        return f'href="{stem}.html{anchor}"' if stem in deck_names else m.group(0)
+
+    return re.sub(r'href="(\./)?([\w.-]+)\.ipynb(#[^"]*)?"', repl, page)
+
+
+def build_deck(notebook: str | os.PathLike, out_dir: str | os.PathLike, exporter=None, *,
+               solutions: bool = True, deck_names: set[str] | None = None) -> Deck:
+    """Build one deck ``out_dir/<notebook stem>.html``; the vendor files must be in ``out_dir/vendor``."""
+    nb_path = Path(notebook)
+    out = Path(out_dir)
+    nb = nbformat.read(nb_path, as_version=4)
+    horizontal, total = count_slides(nb)
+    shown = nbformat.from_dict(_deck_notebook(nb, solutions, nb_path.parent))
+    own_exporter = exporter is None
+    tmp = tempfile.TemporaryDirectory(prefix="gpt_lesson_tpl_") if own_exporter else None
+    try:
+        if own_exporter:
+            exporter = _make_exporter(Path(tmp.name))  # type: ignore[union-attr]
+        title = _deck_title(nb, nb_path.stem)
+        resources = {"metadata": {"name": title, "path": str(nb_path.parent)}}
+        body, _ = exporter.from_notebook_node(shown, resources=resources)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    body = _link_decks(body, deck_names if deck_names is not None else {nb_path.stem})
+    remote = remote_references(body)
+    if remote:
+        raise RuntimeError(f"the deck for {nb_path.name} would load from the network: {remote}")
+    dest = out / f"{nb_path.stem}.html"
+    dest.write_text(body, encoding="utf-8")
+    return Deck(nb_path, dest, title, horizontal, total)
+
+
+_INDEX = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>gpt-lesson: slides</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 52em; margin: 2em auto; padding: 0 1em; color: #222; }}
+table {{ border-collapse: collapse; width: 100%; }}
+td, th {{ text-align: left; padding: .35em .6em; border-bottom: 1px solid #ddd; }}
+td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
+kbd {{ border: 1px solid #bbb; border-radius: 3px; padding: 0 .3em; background: #f6f6f6; }}
+</style>
+</head>
+<body>
+<h1>gpt-lesson: slides</h1>
+<p>Every deck works offline: the scripts it needs are in <code>vendor/</code> next to it.
+Keys: <kbd>&rarr;</kbd>/<kbd>Space</kbd> next, <kbd>&larr;</kbd> back, <kbd>&darr;</kbd>/<kbd>&uarr;</kbd> through
+subslides, <kbd>Esc</kbd> overview, <kbd>S</kbd> speaker view with notes, <kbd>F</kbd> full screen.</p>
+<table>
+<tr><th>Deck</th><th>Slides</th><th>With subslides</th><th>Notebook</th></tr>
+{rows}
+</table>
+<p>{solutions}</p>
+</body>
+</html>
+"""
+
+
+def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions: bool = True,
+                timeout: float = 300.0) -> list[Deck]:
+    """Build a deck per notebook, the shared ``vendor/`` folder and ``index.html`` in ``out_dir``."""
+    if not notebooks:
+        raise ValueError("no notebooks to build: the notebooks folder holds no *.ipynb file")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    vendor = fetch_vendor(out / "vendor", timeout=timeout)
+    theme_css = vendor / "reveal.js" / "dist" / "theme" / f"{_REVEAL_THEME}.css"
+    remote = remote_references(theme_css.read_text(encoding="utf-8"))
+    if remote:
+        raise RuntimeError(f"the reveal.js theme {theme_css.name} would load from the network: {remote}")
+    names = {p.stem for p in notebooks}
+    decks = []
+    with tempfile.TemporaryDirectory(prefix="gpt_lesson_tpl_") as tmp:
+        exporter = _make_exporter(Path(tmp))
+        for path in notebooks:
+            decks.append(build_deck(path, out, exporter, solutions=solutions, deck_names=names))
+    rows = "\n".join(
+        f'<tr><td><a href="{html.escape(d.html.name)}">{html.escape(d.title)}</a></td>'
+        f'<td class="n">{d.horizontal}</td><td class="n">{d.total}</td>'
+        f"<td><code>{html.escape(d.notebook.name)}</code></td></tr>"
+        for d in decks
+    )
+    note = "Solutions are shown (teacher's version)." if solutions else "Solutions are removed (student version)."
+    (out / "index.html").write_text(_INDEX.format(rows=rows, solutions=note), encoding="utf-8")
+    return decks
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpt_lesson.slides", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--notebooks", type=Path, default=REPO_ROOT / "notebooks",
+                        help="folder of the lesson notebooks (default: the repository's notebooks/)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "slides",
+                        help="output folder for the decks (default: the repository's slides/)")
+    parser.add_argument("--only", nargs="+", metavar="NAME",
+                        help="build only these notebooks (file names or stems, e.g. 03_attention)")
+    parser.add_argument("--strip-solutions", action="store_true",
+                        help="leave the <details> solution blocks out of the decks")
+    parser.add_argument("--student-copies", type=Path, metavar="DIR",
+                        help="instead of decks, write the notebooks without solutions to DIR")
+    args = parser.parse_args(argv)
+    notebooks = find_notebooks(args.notebooks)
+    if args.only:
+        wanted = {Path(n).stem for n in args.only}
+        missing = wanted - {p.stem for p in notebooks}
+        if missing:
+            parser.error(f"--only names notebooks that are not in {args.notebooks}: {sorted(missing)}")
+        notebooks = [p for p in notebooks if p.stem in wanted]
+    if args.student_copies:
+        for path, n in write_student_copies(notebooks, args.student_copies):
+            print(f"wrote {path} ({n} solution block{'s' if n != 1 else ''} removed)")
+        return 0
+    start = time.perf_counter()
+    try:
+        decks = build_decks(notebooks, args.out, solutions=not args.strip_solutions)
+    except VendorError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for d in decks:
+        print(f"{d.html}  {d.horizontal:3d} slides, {d.total:3d} with subslides  ({d.title})")
+    print(f"{len(decks)} decks and {args.out / 'index.html'} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
