@@ -139,8 +139,8 @@ def _report(name: str, passed: bool, attempted: bool, diagnosis: str | None, tex
 
 def _not_attempted(name: str) -> CheckResult:
     return _report(name, False, False, NOT_ATTEMPTED,
-                   "Your function still raises NotImplementedError or returns None: "
-                   "fill it in and run this cell again.")
+                   "Your function still raises NotImplementedError or returns None "
+                   "(a missing `return`?): fill it in and run this cell again.")
 
 
 def _fail(name: str, diagnosis: str, text: str) -> CheckResult:
