@@ -1,0 +1,78 @@
+"""The experiments behind the course's claims give the numbers the prose states."""
+import math
+
+import pytest
+import torch
+
+from gpt_lesson import GPT
+from gpt_lesson import experiments as E
+
+
+@pytest.mark.parametrize("d_k", [4, 64, 1024])
+def test_qk_variance_grows_with_dk_and_scaling_brings_it_to_one(d_k):
+    assert abs(E.qk_variance(d_k) / d_k - 1) < 0.1
+    assert abs(E.qk_variance(d_k, scale=d_k ** -0.5) - 1) < 0.1
+
+
+def test_variance_table_rows():
+    rows = E.variance_table((4, 256))
+    assert [r["d_k"] for r in rows] == [4, 256]
+    assert rows[1]["unscaled"] > 50 * rows[0]["unscaled"] / 4 and abs(rows[1]["scaled"] - 1) < 0.1
+
+
+def test_unscaled_softmax_saturates_and_its_gradient_vanishes():
+    raw = E.softmax_stats(512, T=16, scale=1.0)
+    scaled = E.softmax_stats(512, T=16, scale=512 ** -0.5)
+    assert raw["max_weight"] > 0.98 and raw["entropy"] < 0.1
+    assert scaled["max_weight"] < 0.6 and scaled["entropy"] > 1.0
+    assert raw["grad_norm"] < 0.1 * scaled["grad_norm"]
+    assert math.isclose(float(scaled["weights"].sum()), 1.0, rel_tol=1e-6)
+
+
+def test_scale_factor_choices_and_errors():
+    assert E.scale_factor(64, "none") == 1.0
+    assert E.scale_factor(64, "sqrt") == 0.125
+    assert E.scale_factor(64, "temperature", 2.0) == 0.0625
+    with pytest.raises(ValueError, match="scaling='cube' is not one of"):
+        E.scale_factor(64, "cube")
+    with pytest.raises(ValueError, match="temperature=0 must be > 0"):
+        E.scale_factor(64, "temperature", 0)
+
+
+def test_leak_test_zero_with_mask_positive_without():
+    torch.manual_seed(0)
+    causal = GPT(20, 16, 2, 1, 12)
+    open_ = GPT(20, 16, 2, 1, 12, causal=False)
+    idx = torch.randint(0, 20, (2, 12))
+    assert E.leak_test(causal, idx, 5) == 0.0
+    assert E.leak_test(open_, idx, 5) > 1e-4
+    with pytest.raises(ValueError, match=r"t=11 must be an integer position in \[0, T-1=11\)"):
+        E.leak_test(causal, idx, 11)
+
+
+def test_cross_attention_attends_every_real_source_position():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    out, w = E.cross_attention(q, k, v, key_lengths=[5, 3])
+    assert out.shape == (2, 3, 8)
+    assert torch.all(w[0] > 0)  # no causal mask: every source position gets weight
+    assert torch.all(w[1, :, :3] > 0) and torch.all(w[1, :, 3:] == 0)  # only padding is hidden
+
+
+def test_kv_cache_bytes_formula_and_gqa():
+    assert E.kv_cache_bytes(3, 128, 64) == 2 * 3 * 128 * 64 * 4
+    gpt2 = E.kv_cache_bytes(12, 1024, 768, bytes_per_number=2)
+    assert gpt2 == 37_748_736  # 36 MiB per sequence in fp16
+    assert E.kv_cache_bytes(12, 1024, 768, n_head=12, n_kv_head=3) * 4 == E.kv_cache_bytes(12, 1024, 768)
+    enc_dec = E.encoder_decoder_cache_bytes(6, T_src=100, T_out=50, n_embd=64)
+    assert enc_dec["total"] == E.kv_cache_bytes(6, 150, 64)
+    with pytest.raises(ValueError, match="give both n_head and n_kv_head"):
+        E.kv_cache_bytes(1, 1, 8, n_head=2)
+
+
+def test_train_small_without_mask_reads_the_answer(shakespeare_text):
+    small = dict(n_embd=32, n_head=2, n_layer=1, block_size=16, steps=150, batch_size=16,
+                 learning_rate=1e-2, eval_interval=150, max_chars=50_000)
+    _, _, masked = E.train_small(shakespeare_text, causal=True, **small)
+    _, _, leaky = E.train_small(shakespeare_text, causal=False, **small)
+    assert leaky.train[-1] < masked.train[-1] - 0.5
