@@ -44,7 +44,7 @@ def _stub_trained_model(cache: Path, monkeypatch) -> None:
     from gpt_lesson import GPT, GPTConfig, TrainConfig, train
     from gpt_lesson.train import load_checkpoint
 
-    text = "ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the east.\n" * 20
+    text = (figures.ATTENTION_TEXT + "\nROMEO:\nBut soft, what light through yonder window breaks?\n") * 20
     tok = CharTokenizer(text)
     data = __import__("torch").tensor(tok.encode(text))
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, n_embd=16, n_head=2, n_layer=2, block_size=64, dropout=0.0))
