@@ -4,6 +4,14 @@ periodic train/val estimates, a tqdm progress bar and safe checkpoints.
 One loop serves every lesson. ``batch_size`` is the *global* batch of one optimizer
 step; it is drawn from one seeded generator and cut into ``grad_accum_steps``
 micro-batches, so the gradient of a step does not depend on how it is cut up.
+
+The same loop trains data-parallel under ``torchrun`` (see :mod:`gpt_lesson.distributed`
+and ``python -m gpt_lesson.train_ddp``): when a process group is active, every rank draws
+the same global batch, keeps its own slice (``micro_batches(..., rank, world_size)``),
+runs ``grad_accum_steps`` micro-batches of it, and DDP averages the gradients across ranks
+once per step. Rank 0 evaluates, shows the progress bar and writes the checkpoint; the
+other ranks receive its estimates, so every rank returns the same :class:`History`.
+With one process all of that reduces to the plain loop, operation for operation.
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
+from . import distributed
 from ._checks import check_positive_int, check_tensor
 from .data import get_batch
 from .model import GPT, GPTConfig
@@ -31,6 +40,7 @@ __all__ = [
     "estimate_loss",
     "evaluate_split",
     "micro_batches",
+    "History",
     "train",
     "save_checkpoint",
     "load_checkpoint",
@@ -194,14 +204,28 @@ def train(
 
     Estimates train/val loss at step 0, every ``eval_interval`` steps and at the end.
     Saves a checkpoint at the end when ``cfg.checkpoint_path`` is set.
+
+    Under an active process group (``torchrun``), ``cfg.batch_size`` stays the global batch:
+    each of the ``world_size`` ranks runs ``grad_accum_steps`` micro-batches of
+    ``batch_size / (world_size * grad_accum_steps)`` rows. ``callback`` runs on every rank.
     """
     cfg = cfg or TrainConfig()
     check_tensor("train_data", train_data, dims=1)
     check_tensor("val_data", val_data, dims=1)
-    set_seed(cfg.seed)
+    rank, world_size = distributed.rank_and_world_size()
+    if cfg.batch_size % (cfg.grad_accum_steps * world_size):
+        raise ValueError(
+            f"batch_size={cfg.batch_size} cannot be cut into world_size={world_size} ranks x "
+            f"grad_accum_steps={cfg.grad_accum_steps} equal micro-batches"
+        )
+    is_main = rank == 0
+    # Same weights everywhere (DDP also copies rank 0's at wrapping), but each rank its own
+    # dropout masks, as the rows of one big batch would get; rank 0 keeps the plain seed.
+    set_seed(cfg.seed + rank)
     device = cfg.device
     model.to(device)
     model.train()
+    ddp_model = distributed.wrap_model(model, device)  # ``model`` itself with one process
     block_size = model.config.block_size
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(0.9, cfg.beta2),
                                   weight_decay=cfg.weight_decay)
@@ -210,24 +234,34 @@ def train(
     splits = {"train": train_data, "val": val_data}
 
     def evaluate(step: int) -> None:
-        est = estimate_loss(model, splits, cfg.batch_size, cfg.eval_iters, seed=cfg.seed + 1, device=device)
+        # Rank 0 estimates on the unwrapped model; the others wait for its numbers.
+        est = [0.0, 0.0]
+        if is_main:
+            out = estimate_loss(model, splits, cfg.batch_size, cfg.eval_iters, seed=cfg.seed + 1, device=device)
+            est = [out["train"], out["val"]]
+        train_loss, val_loss = distributed.broadcast_floats(est, device=device)
         hist.eval_step.append(step)
-        hist.train.append(est["train"])
-        hist.val.append(est["val"])
+        hist.train.append(train_loss)
+        hist.val.append(val_loss)
 
     start = time.perf_counter()
     evaluate(0)
-    bar = tqdm(range(cfg.max_steps), disable=not cfg.progress, desc="training", unit="step")
+    bar = tqdm(range(cfg.max_steps), disable=not cfg.progress or not is_main, desc="training", unit="step")
     for step in bar:
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
+        # Every rank draws the whole global batch from the same generator and keeps its slice,
+        # so the batch of a step does not depend on the number of processes.
         x, y = get_batch(train_data, block_size, cfg.batch_size, batch_gen, device)
+        micro = micro_batches(x, y, cfg.grad_accum_steps, rank, world_size)
         step_loss = 0.0
-        for xb, yb in micro_batches(x, y, cfg.grad_accum_steps):
-            _, loss = model(xb, yb)
-            (loss / cfg.grad_accum_steps).backward()
+        for i, (xb, yb) in enumerate(micro):
+            with distributed.sync_gradients(ddp_model, sync=i == len(micro) - 1):
+                _, loss = ddp_model(xb, yb)
+                (loss / cfg.grad_accum_steps).backward()  # DDP then averages over the ranks
             step_loss += loss.item() / cfg.grad_accum_steps
+        step_loss = distributed.all_reduce_mean(step_loss, device=device)
         if cfg.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
@@ -244,7 +278,10 @@ def train(
     bar.close()
     hist.seconds = time.perf_counter() - start
     if cfg.checkpoint_path:
-        save_checkpoint(cfg.checkpoint_path, model, extra={"history": hist.to_dict(), "train_config": asdict(cfg)})
+        # Only a run that every rank finished is saved: a failed rank never reaches the barrier.
+        distributed.barrier()
+        if is_main:
+            save_checkpoint(cfg.checkpoint_path, model, extra={"history": hist.to_dict(), "train_config": asdict(cfg)})
     return hist
 
 

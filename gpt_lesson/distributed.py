@@ -1,0 +1,325 @@
+"""Data-parallel training with PyTorch's own engine: process groups, DDP and rank-0 chores.
+
+``torchrun`` starts one process per device and tells each who it is through environment
+variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``).
+:func:`setup` reads them and joins the process group; without them it returns a
+one-process context and touches nothing, so the same script runs with plain ``python``.
+
+:func:`gpt_lesson.train.train` uses the small helpers below; with one process each of them
+is a no-op, so the single-process loop computes exactly what it did before DDP existed.
+The backend is ``gloo`` on CPU and ``nccl`` on CUDA GPUs; nothing else changes.
+
+The lesson's self-checks (:func:`check_effective_batch`, :func:`check_grad_accum_steps`,
+:func:`check_allreduce_bytes`) are at the end of the module; they return the
+:class:`gpt_lesson.checks.CheckResult` every check of the course returns.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Mapping
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ._checks import check_positive_int
+
+if TYPE_CHECKING:
+    from .checks import CheckResult
+
+__all__ = [
+    "BACKENDS",
+    "DistContext",
+    "ranks_from_env",
+    "setup",
+    "teardown",
+    "process_group",
+    "rank_and_world_size",
+    "wrap_model",
+    "sync_gradients",
+    "all_reduce_mean",
+    "broadcast_floats",
+    "barrier",
+    "effective_batch",
+    "grad_accum_steps_for",
+    "allreduce_bytes",
+    "check_effective_batch",
+    "check_grad_accum_steps",
+    "check_allreduce_bytes",
+]
+
+BACKENDS = ("gloo", "nccl")
+# torch 2.13 renamed DDP's broadcast_buffers to forward_sync_buffers (the old name warns).
+_NO_BUFFER_SYNC = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+                   else "broadcast_buffers")
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Who this process is: its global ``rank``, ``local_rank`` on its machine, the ``world_size``.
+
+    ``backend`` is None for a plain single process (no process group was created).
+    """
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    backend: str | None = None
+    device: str = "cpu"
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 logs, evaluates and writes checkpoints."""
+        return self.rank == 0
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int:
+    raw = env.get(name)
+    if raw is None:
+        raise ValueError(f"${name} is not set; torchrun sets RANK, WORLD_SIZE and LOCAL_RANK together")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"${name}={raw!r} must be an integer") from None
+
+
+def ranks_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int] | None:
+    """``(rank, local_rank, world_size)`` from torchrun's variables, or None when none is set."""
+    env = os.environ if env is None else env
+    if not any(name in env for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        return None
+    rank, world_size = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
+    local_rank = _env_int(env, "LOCAL_RANK")
+    if world_size < 1:
+        raise ValueError(f"$WORLD_SIZE={world_size} must be >= 1")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"$RANK={rank} must be in [0, WORLD_SIZE={world_size})")
+    if not 0 <= local_rank <= rank:
+        raise ValueError(f"$LOCAL_RANK={local_rank} must be in [0, RANK={rank}]")
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not env.get(name):
+            raise ValueError(f"${name} is not set; launch with torchrun, which sets it for every process")
+    return rank, local_rank, world_size
+
+
+def setup(backend: str | None = None) -> DistContext:
+    """Join the process group described by torchrun's variables (a no-op without them).
+
+    ``backend`` defaults to ``nccl`` when CUDA is available and ``gloo`` otherwise; with
+    ``nccl`` each process uses the GPU ``cuda:LOCAL_RANK``.
+    """
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+    ranks = ranks_from_env()
+    if ranks is None:
+        return DistContext(device="cuda" if torch.cuda.is_available() else "cpu")
+    rank, local_rank, world_size = ranks
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    device = "cpu"
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise ValueError("backend='nccl' needs CUDA GPUs, but torch.cuda.is_available() is False; use 'gloo'")
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    return DistContext(rank, local_rank, world_size, backend, device)
+
+
+def teardown() -> None:
+    """Leave the process group, if this process joined one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextmanager
+def process_group(backend: str | None = None) -> Iterator[DistContext]:
+    """``with process_group() as ctx:`` joins on entry and always leaves, even after an error."""
+    ctx = setup(backend)
+    try:
+        yield ctx
+    finally:
+        teardown()
+
+
+def rank_and_world_size() -> tuple[int, int]:
+    """This process's rank and the number of processes: ``(0, 1)`` without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def wrap_model(model: nn.Module, device: str = "cpu") -> nn.Module:
+    """The model in DDP when there are several processes, else the model itself.
+
+    Buffers are not re-sent before each forward: the GPT's only buffers are the constant
+    causal masks, identical on every rank, so that traffic would be wasted.
+    """
+    _, world_size = rank_and_world_size()
+    if world_size == 1:
+        return model
+    device_ids = [torch.device(device).index] if torch.device(device).type == "cuda" else None
+    return DDP(model, device_ids=device_ids, **{_NO_BUFFER_SYNC: False})
+
+
+def sync_gradients(model: nn.Module, sync: bool) -> ContextManager:
+    """A context for one micro-batch's backward: DDP all-reduces only when ``sync`` is True.
+
+    When accumulating, every micro-batch but the last runs under ``model.no_sync()`` so the
+    gradients are summed locally and sent once per optimizer step.
+    """
+    if sync or not isinstance(model, DDP):
+        return nullcontext()
+    return model.no_sync()
+
+
+def all_reduce_mean(value: float, device: str = "cpu") -> float:
+    """The mean of ``value`` over all ranks (``value`` itself with one process)."""
+    _, world_size = rank_and_world_size()
+    if world_size == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.item() / world_size
+
+
+def broadcast_floats(values: list[float], src: int = 0, device: str = "cpu") -> list[float]:
+    """Rank ``src``'s ``values`` on every rank (``values`` itself with one process)."""
+    _, world_size = rank_and_world_size()
+    if world_size == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.broadcast(t, src=src)
+    return t.tolist()
+
+
+def barrier() -> None:
+    """Wait until every rank gets here (nothing to wait for with one process)."""
+    if rank_and_world_size()[1] > 1:
+        dist.barrier()
+
+
+# --- the arithmetic of data parallelism -------------------------------------------------
+
+def effective_batch(micro_batch_size: int, grad_accum_steps: int, world_size: int) -> int:
+    """Rows per optimizer step: each of ``world_size`` ranks runs ``grad_accum_steps`` micro-batches."""
+    for name, v in (("micro_batch_size", micro_batch_size), ("grad_accum_steps", grad_accum_steps),
+                    ("world_size", world_size)):
+        check_positive_int(name, v)
+    return micro_batch_size * grad_accum_steps * world_size
+
+
+def grad_accum_steps_for(batch_size: int, micro_batch_size: int, world_size: int) -> int:
+    """Micro-batches per rank so that ``world_size`` ranks together make a global ``batch_size``."""
+    for name, v in (("batch_size", batch_size), ("micro_batch_size", micro_batch_size),
+                    ("world_size", world_size)):
+        check_positive_int(name, v)
+    if batch_size % (micro_batch_size * world_size):
+        raise ValueError(
+            f"batch_size={batch_size} is not divisible by micro_batch_size={micro_batch_size} x "
+            f"world_size={world_size}; every rank must run the same number of equal micro-batches"
+        )
+    return batch_size // (micro_batch_size * world_size)
+
+
+def allreduce_bytes(model: nn.Module, bytes_per_number: int | None = None) -> int:
+    """Bytes of gradient each rank all-reduces per optimizer step: every trainable parameter once.
+
+    Buffers (the ``tril`` masks) have no gradient and are not sent. ``bytes_per_number``
+    defaults to each parameter's own element size (4 for float32).
+    """
+    if bytes_per_number is not None:
+        check_positive_int("bytes_per_number", bytes_per_number)
+    return sum(p.numel() * (bytes_per_number or p.element_size()) for p in model.parameters() if p.requires_grad)
+
+
+# --- self-checks for the lesson's exercises ---------------------------------------------
+
+def _verdict(passed: bool, attempted: bool, message: str, diagnosis: str | None = None) -> CheckResult:
+    # Imported here so training never depends on the lessons' check machinery.
+    from .checks import CheckResult
+
+    mark = "✅" if passed else ("⏳" if not attempted else "❌")
+    print(f"{mark} {message}")
+    return CheckResult(passed, attempted, diagnosis, f"{mark} {message}")
+
+
+def _run_cases(name: str, fn: Callable, cases: list[tuple[tuple, int]],
+               diagnose: Callable[[tuple, object], str | None]) -> CheckResult:
+    """Call ``fn`` on each case; an untouched stub is 'not attempted yet', never an error."""
+    for args, expected in cases:
+        try:
+            got = fn(*args)
+        except NotImplementedError:
+            return _verdict(False, False, f"{name}: not attempted yet (the stub raises NotImplementedError).")
+        except Exception as e:  # a learner's bug is reported, not raised, so the notebook runs on
+            return _verdict(False, True, f"{name}: your function raised {type(e).__name__}: {e}", "raised")
+        if got is None:
+            return _verdict(False, False, f"{name}: not attempted yet (the function returns None).")
+        if got != expected:
+            diagnosis = diagnose(args, got)
+            hint = f" Likely bug: {diagnosis}." if diagnosis else ""
+            return _verdict(False, True, f"{name}: for {args} expected {expected}, got {got}.{hint}",
+                            diagnosis or "wrong value")
+    return _verdict(True, True, f"{name}: passed ({len(cases)} cases).")
+
+
+def check_effective_batch(fn: Callable[[int, int, int], int]) -> CheckResult:
+    """Check ``fn(micro_batch_size, grad_accum_steps, world_size) -> rows per optimizer step``."""
+    cases = [((8, 1, 1), 8), ((4, 3, 2), 24), ((2, 4, 8), 64), ((16, 2, 4), 128)]
+
+    def diagnose(args: tuple, got: object) -> str | None:
+        m, a, w = args
+        if got == m * a:
+            return "you counted one rank's rows; each of the world_size ranks runs its own micro-batches"
+        if got == m * w:
+            return "you left out gradient accumulation; each rank runs grad_accum_steps micro-batches per step"
+        if got == m:
+            return "that is one micro-batch; multiply by the micro-batches per rank and by the ranks"
+        return None
+
+    return _run_cases("check_effective_batch", fn, cases, diagnose)
+
+
+def check_grad_accum_steps(fn: Callable[[int, int, int], int]) -> CheckResult:
+    """Check ``fn(batch_size, micro_batch_size, world_size) -> micro-batches per rank``."""
+    cases = [((32, 8, 1), 4), ((32, 8, 2), 2), ((64, 4, 4), 4), ((12, 6, 2), 1)]
+
+    def diagnose(args: tuple, got: object) -> str | None:
+        b, m, w = args
+        if got == b // m:
+            return ("you ignored the other ranks: with that many micro-batches on each of the "
+                    "world_size ranks the global batch would be world_size times too large")
+        if got == b // w:
+            return "that is the rows per rank, not the number of micro-batches; divide by micro_batch_size too"
+        return None
+
+    return _run_cases("check_grad_accum_steps", fn, cases, diagnose)
+
+
+def check_allreduce_bytes(fn: Callable[[nn.Module], int]) -> CheckResult:
+    """Check ``fn(model) -> bytes of gradient all-reduced per step`` on a few small GPTs (float32)."""
+    from .model import GPT  # here, not at the top: model.py need not load for the rest of the module
+
+    models = [GPT(65, 32, 4, 2, 16, dropout=0.0), GPT(30, 48, 3, 1, 24, dropout=0.0)]
+    cases = [((m,), allreduce_bytes(m)) for m in models]
+
+    def diagnose(args: tuple, got: object) -> str | None:
+        model = args[0]
+        n_params = sum(p.numel() for p in model.parameters())
+        with_buffers = sum(t.numel() for t in model.state_dict().values())
+        if got == n_params:
+            return "that is the number of values, not bytes; each float32 takes 4 bytes"
+        if got == with_buffers * 4 or got == with_buffers:
+            return ("you counted the state_dict, which holds the tril buffers; buffers have no "
+                    "gradient and are never all-reduced: count model.parameters()")
+        if got == n_params * 8:
+            return "8 bytes is float64; the gradients are float32 (4 bytes)"
+        if got == n_params * 32:
+            return "32 is the bits of a float32; a float32 takes 4 bytes"
+        return None
+
+    return _run_cases("check_allreduce_bytes", fn, cases, diagnose)

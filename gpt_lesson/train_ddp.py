@@ -1,0 +1,172 @@
+"""Train the course's GPT data-parallel: one process per device, launched by torchrun.
+
+    torchrun --standalone --nproc_per_node=2 -m gpt_lesson.train_ddp --max-steps 200
+
+runs two processes on one machine (``gloo`` on CPU, ``nccl`` on GPUs). The same command
+without torchrun (``python -m gpt_lesson.train_ddp ...``) trains in one process with the
+same global batch, so the two runs can be compared step for step. Several machines:
+``torchrun --nnodes N --nproc_per_node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT``.
+
+Every rank runs :func:`gpt_lesson.train.train`, the course's one training loop. Rank 0
+prints, writes the checkpoint (atomically) and the history JSON. ``--fail-at-step K``
+makes rank ``--fail-rank`` raise after step K, to see what a crashed rank does to a run:
+torchrun stops the others, exits non-zero and names the failed rank, and no checkpoint
+is written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from . import distributed
+from .data import CharTokenizer, load_tiny_shakespeare, train_val_split
+from .model import GPT
+from .train import History, TrainConfig, train
+
+__all__ = ["InjectedFailure", "build_parser", "run", "main", "median_step_seconds"]
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose by ``--fail-at-step``."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="torchrun --standalone --nproc_per_node=N -m gpt_lesson.train_ddp",
+        description="Train the course GPT with DistributedDataParallel (also runs as one plain process).",
+    )
+    data = p.add_argument_group("data")
+    data.add_argument("--data", default=None,
+                      help="a UTF-8 text file (default: Tiny Shakespeare, found as gpt_lesson.data explains)")
+    data.add_argument("--max-chars", type=int, default=None, help="use only the first N characters")
+    model = p.add_argument_group("model")
+    model.add_argument("--n-layer", type=int, default=4)
+    model.add_argument("--n-head", type=int, default=4)
+    model.add_argument("--n-embd", type=int, default=128)
+    model.add_argument("--block-size", type=int, default=64)
+    model.add_argument("--dropout", type=float, default=0.0,
+                       help="0 makes the 1- and N-process runs comparable number for number")
+    tr = p.add_argument_group("training (batch sizes are global: the same whatever the number of processes)")
+    tr.add_argument("--max-steps", type=int, default=200)
+    tr.add_argument("--batch-size", type=int, default=32, help="global batch (rows per optimizer step)")
+    acc = tr.add_mutually_exclusive_group()
+    acc.add_argument("--micro-batch-size", type=int, default=None,
+                     help="rows per forward pass on one rank; micro-batches per rank = batch / (micro x ranks)")
+    acc.add_argument("--grad-accum-steps", type=int, default=None, help="micro-batches per rank (default 1)")
+    tr.add_argument("--lr", type=float, default=1e-3)
+    tr.add_argument("--min-lr", type=float, default=None)
+    tr.add_argument("--warmup-steps", type=int, default=0)
+    tr.add_argument("--eval-interval", type=int, default=50)
+    tr.add_argument("--eval-iters", type=int, default=10)
+    tr.add_argument("--seed", type=int, default=1337)
+    tr.add_argument("--backend", choices=distributed.BACKENDS, default=None,
+                    help="default: nccl with CUDA, else gloo")
+    out = p.add_argument_group("output")
+    out.add_argument("--checkpoint", default=None, help="where rank 0 writes the final checkpoint")
+    out.add_argument("--history", default=None, help="where rank 0 writes the losses and step times (JSON)")
+    out.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    fail = p.add_argument_group("fault injection (for the tests and lesson 12)")
+    fail.add_argument("--fail-at-step", type=int, default=None, help="raise on --fail-rank after this step")
+    fail.add_argument("--fail-rank", type=int, default=1)
+    return p
+
+
+def median_step_seconds(step_seconds: list[float], eval_steps: list[int]) -> float:
+    """Median wall time of a training step, leaving out the first step and the steps that evaluated."""
+    skip = set(eval_steps) | {1}
+    times = [t for i, t in enumerate(step_seconds, start=1) if i not in skip]
+    if not times:
+        raise ValueError("no step left to time: run more steps than the first and the evaluation steps")
+    return statistics.median(times)
+
+
+def _load_tokens(path: str | None, max_chars: int | None) -> tuple[torch.Tensor, CharTokenizer]:
+    text = Path(path).read_text(encoding="utf-8") if path else load_tiny_shakespeare()
+    if max_chars is not None:
+        text = text[:max_chars]
+    tok = CharTokenizer(text)
+    return torch.tensor(tok.encode(text), dtype=torch.long), tok
+
+
+def _write_json_atomically(path: str, payload: dict) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=1)
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def run(args: argparse.Namespace, ctx: distributed.DistContext) -> History:
+    """Build the data and model, train with :func:`gpt_lesson.train.train`, report on rank 0."""
+    if args.fail_at_step is not None and not 0 <= args.fail_rank < ctx.world_size:
+        raise ValueError(f"--fail-rank={args.fail_rank} is not a rank of this run (world size {ctx.world_size})")
+    if args.micro_batch_size is not None:
+        accum = distributed.grad_accum_steps_for(args.batch_size, args.micro_batch_size, ctx.world_size)
+    else:
+        accum = args.grad_accum_steps or 1
+    data, tok = _load_tokens(args.data, args.max_chars)
+    train_data, val_data = train_val_split(data)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP checks by copying rank 0's)
+    model = GPT(tok.vocab_size, args.n_embd, args.n_head, args.n_layer, args.block_size, dropout=args.dropout)
+    cfg = TrainConfig(
+        max_steps=args.max_steps, batch_size=args.batch_size, learning_rate=args.lr, min_lr=args.min_lr,
+        warmup_steps=args.warmup_steps, grad_accum_steps=accum, eval_interval=args.eval_interval,
+        eval_iters=args.eval_iters, seed=args.seed, device=ctx.device, progress=not args.no_progress,
+        checkpoint_path=args.checkpoint,
+    )
+    micro = args.batch_size // (ctx.world_size * accum)
+    if ctx.is_main:
+        print(f"world_size={ctx.world_size} backend={ctx.backend or 'none (one process)'} device={ctx.device}")
+        print(f"global batch {args.batch_size} rows = {ctx.world_size} rank(s) x {accum} micro-batch(es) "
+              f"x {micro} rows; {model.num_parameters():,} parameters; "
+              f"{distributed.allreduce_bytes(model):,} bytes all-reduced per step", flush=True)
+
+    stamps: list[float] = []
+
+    def on_step(step: int, hist: History) -> None:
+        stamps.append(time.perf_counter())
+        if step == args.fail_at_step and ctx.rank == args.fail_rank:
+            raise InjectedFailure(f"rank {ctx.rank}: injected failure after step {step} (--fail-at-step)")
+
+    start = time.perf_counter()
+    hist = train(model, train_data, val_data, cfg, callback=on_step)
+    if ctx.is_main:
+        step_seconds = [b - a for a, b in zip([start] + stamps[:-1], stamps)]
+        median = median_step_seconds(step_seconds, hist.eval_step)
+        print(f"step {hist.step[-1]}: train loss {hist.train[-1]:.4f}, val loss {hist.val[-1]:.4f}; "
+              f"median step {1000 * median:.1f} ms")
+        if args.checkpoint:
+            print(f"checkpoint written to {args.checkpoint}")
+        if args.history:
+            _write_json_atomically(args.history, {
+                "world_size": ctx.world_size, "backend": ctx.backend, "grad_accum_steps": accum,
+                "micro_batch_size": micro, "n_params": model.num_parameters(),
+                "allreduce_bytes": distributed.allreduce_bytes(model), "step_seconds": step_seconds,
+                "median_step_seconds": median, "history": hist.to_dict(),
+            })
+    return hist
+
+
+@record  # torchrun then prints the failed rank's exception in its summary
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    with distributed.process_group(args.backend) as ctx:
+        run(args, ctx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

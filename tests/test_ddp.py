@@ -1,0 +1,277 @@
+"""Data-parallel training: 2 gloo processes under torchrun equal 1 process, a crashed rank saves nothing.
+
+The two torchrun tests start real processes (about 10-20 s each on a busy 2-core machine).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from gpt_lesson import distributed, train_ddp
+from gpt_lesson.model import GPT
+from gpt_lesson.train import TrainConfig, load_checkpoint, train
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            "-m", "gpt_lesson.train_ddp"]
+# A few steps of a tiny model; a global batch of 8 rows = 2 ranks x 2 micro-batches x 2 rows.
+TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "16", "--max-steps", "6",
+        "--batch-size", "8", "--eval-interval", "3", "--eval-iters", "2", "--lr", "3e-3", "--no-progress"]
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the child processes (OMP_NUM_THREADS=1): 2 cores, 2 ranks
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def text_file(tmp_path: Path) -> Path:
+    """A small seeded text of made-up words (about 20,000 characters)."""
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 6))) for _ in range(60)]
+    path = tmp_path / "text.txt"
+    path.write_text(" ".join(rng.choice(words) for _ in range(4000)), encoding="utf-8")
+    return path
+
+
+def child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}
+    env["OMP_NUM_THREADS"] = "1"  # 2 ranks on 2 cores: one thread each, no oversubscription
+    return env
+
+
+def run_torchrun(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.perf_counter()
+    proc = subprocess.run(TORCHRUN + args, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=120)
+    return proc, time.perf_counter() - start
+
+
+# --- the real thing: torchrun with 2 gloo processes ----------------------------------------
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record under pytest's capture
+def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path, text_file, capsys):
+    data = ["--data", str(text_file)]
+    proc, seconds = run_torchrun(TINY + data + ["--micro-batch-size", "2", "--checkpoint", "two.pt",
+                                                "--history", "two.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert seconds < 60, f"the 2-process run took {seconds:.0f} s"
+    assert proc.stdout.count("world_size=2 backend=gloo") == 1  # only rank 0 prints
+    assert "global batch 8 rows = 2 rank(s) x 2 micro-batch(es) x 2 rows" in proc.stdout
+
+    one_ckpt = tmp_path / "one.pt"
+    assert train_ddp.main(TINY + data + ["--checkpoint", str(one_ckpt), "--history", str(tmp_path / "one.json")]) == 0
+    assert "world_size=1 backend=none (one process)" in capsys.readouterr().out
+
+    one, _ = load_checkpoint(one_ckpt)
+    two, _ = load_checkpoint(tmp_path / "two.pt")
+    diffs = [(a - b).abs().max().item() for a, b in zip(one.state_dict().values(), two.state_dict().values())]
+    assert max(diffs) < 1e-5
+    start, _ = load_checkpoint(one_ckpt)  # the run moved the weights well beyond that tolerance
+    torch.manual_seed(1337)
+    fresh = GPT(start.config)
+    assert max((a - b).abs().max().item() for a, b in zip(fresh.state_dict().values(), one.state_dict().values())) > 1e-3
+
+    h1 = json.loads((tmp_path / "one.json").read_text())
+    h2 = json.loads((tmp_path / "two.json").read_text())
+    assert (h1["world_size"], h1["grad_accum_steps"], h1["micro_batch_size"]) == (1, 1, 8)
+    assert (h2["world_size"], h2["grad_accum_steps"], h2["micro_batch_size"]) == (2, 2, 2)
+    assert h2["allreduce_bytes"] == 4 * h2["n_params"] == 4 * one.num_parameters()
+    assert h1["history"]["loss"] == pytest.approx(h2["history"]["loss"], abs=1e-5)
+    assert h1["history"]["val"] == pytest.approx(h2["history"]["val"], abs=1e-5)
+    assert h1["history"]["tokens"] == h2["history"]["tokens"] == 6 * 8 * 16
+    assert h2["history"]["loss"][-1] < h2["history"]["loss"][0] - 0.1  # it did learn
+    assert len(h2["step_seconds"]) == 6 and h2["median_step_seconds"] > 0
+
+
+def test_a_failed_rank_stops_the_run_and_writes_no_checkpoint(tmp_path, text_file):
+    proc, _ = run_torchrun(TINY + ["--data", str(text_file), "--grad-accum-steps", "2", "--checkpoint",
+                                   "run.pt", "--history", "run.json", "--fail-at-step", "2"], tmp_path)
+    assert proc.returncode != 0
+    assert "InjectedFailure: rank 1: injected failure after step 2 (--fail-at-step)" in proc.stderr
+    assert "gpt_lesson.train_ddp FAILED" in proc.stderr
+    root_cause = proc.stderr.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 1 (local_rank: 1)" in root_cause
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]  # no checkpoint, history or temp file
+
+
+# --- a real one-process group, in this process -----------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_process_group_joins_and_always_leaves(monkeypatch):
+    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                     MASTER_PORT=str(free_port())).items():
+        monkeypatch.setenv(k, v)
+    with distributed.process_group("gloo") as ctx:
+        assert dist.is_initialized() and dist.get_backend() == "gloo"
+        assert (ctx.rank, ctx.local_rank, ctx.world_size, ctx.backend, ctx.device) == (0, 0, 1, "gloo", "cpu")
+        assert ctx.is_main and distributed.rank_and_world_size() == (0, 1)
+        model = GPT(10, 8, 2, 1, 8, dropout=0.0)
+        assert distributed.wrap_model(model) is model  # one rank: no DDP wrapper, nothing to average
+    assert not dist.is_initialized()
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    with pytest.raises(RuntimeError, match="boom"):
+        with distributed.process_group("gloo"):
+            raise RuntimeError("boom")
+    assert not dist.is_initialized()
+
+
+def test_without_torchrun_everything_is_a_no_op(monkeypatch):
+    for k in TORCHRUN_VARS:
+        monkeypatch.delenv(k, raising=False)
+    ctx = distributed.setup()
+    assert (ctx.rank, ctx.world_size, ctx.backend) == (0, 1, None) and not dist.is_initialized()
+    assert distributed.rank_and_world_size() == (0, 1)
+    assert distributed.all_reduce_mean(2.5) == 2.5
+    assert distributed.broadcast_floats([1.0, 2.0]) == [1.0, 2.0]
+    distributed.barrier()
+    model = GPT(10, 8, 2, 1, 8)
+    assert distributed.wrap_model(model) is model
+    with distributed.sync_gradients(model, sync=False):
+        pass
+
+
+# --- torchrun's variables ---------------------------------------------------------------
+
+GOOD_ENV = dict(RANK="3", WORLD_SIZE="4", LOCAL_RANK="1", MASTER_ADDR="10.0.0.1", MASTER_PORT="29500")
+
+
+def test_ranks_from_env():
+    assert distributed.ranks_from_env({}) is None
+    assert distributed.ranks_from_env(GOOD_ENV) == (3, 1, 4)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(WORLD_SIZE=None), r"\$WORLD_SIZE is not set; torchrun sets RANK, WORLD_SIZE and LOCAL_RANK together"),
+    (dict(LOCAL_RANK=None), r"\$LOCAL_RANK is not set"),
+    (dict(RANK="one"), r"\$RANK='one' must be an integer"),
+    (dict(WORLD_SIZE="0", RANK="0", LOCAL_RANK="0"), r"\$WORLD_SIZE=0 must be >= 1"),
+    (dict(RANK="4"), r"\$RANK=4 must be in \[0, WORLD_SIZE=4\)"),
+    (dict(RANK="-1"), r"\$RANK=-1 must be in \[0, WORLD_SIZE=4\)"),
+    (dict(LOCAL_RANK="5"), r"\$LOCAL_RANK=5 must be in \[0, RANK=3\]"),
+    (dict(MASTER_ADDR=None), r"\$MASTER_ADDR is not set; launch with torchrun"),
+    (dict(MASTER_PORT=""), r"\$MASTER_PORT is not set; launch with torchrun"),
+])
+def test_ranks_from_env_rejects(change, message):
+    env = dict(GOOD_ENV)
+    for k, v in change.items():
+        if v is None:
+            env.pop(k)
+        else:
+            env[k] = v
+    with pytest.raises(ValueError, match=message):
+        distributed.ranks_from_env(env)
+
+
+def test_setup_rejects_backends(monkeypatch):
+    with pytest.raises(ValueError, match=r"backend='mpi' is not one of \('gloo', 'nccl'\)"):
+        distributed.setup("mpi")
+    if torch.cuda.is_available():
+        return
+    for k, v in dict(GOOD_ENV, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0").items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match="backend='nccl' needs CUDA GPUs"):
+        distributed.setup("nccl")
+    assert not dist.is_initialized()
+
+
+def test_train_rejects_a_batch_the_ranks_cannot_share(monkeypatch):
+    monkeypatch.setattr(distributed, "rank_and_world_size", lambda: (0, 3))
+    data = torch.zeros(100, dtype=torch.long)
+    with pytest.raises(ValueError, match="batch_size=8 cannot be cut into world_size=3 ranks x grad_accum_steps=2"):
+        train(GPT(10, 8, 2, 1, 8), data, data, TrainConfig(batch_size=8, grad_accum_steps=2, progress=False))
+
+
+# --- the arithmetic and the lesson's self-checks ------------------------------------------------
+
+def test_batch_arithmetic():
+    assert distributed.effective_batch(4, 3, 2) == 24
+    assert distributed.grad_accum_steps_for(32, 8, 1) == 4
+    assert distributed.grad_accum_steps_for(32, 8, 2) == 2
+    with pytest.raises(ValueError, match="batch_size=32 is not divisible by micro_batch_size=8 x world_size=3"):
+        distributed.grad_accum_steps_for(32, 8, 3)
+    with pytest.raises(ValueError, match="world_size=0 must be a positive integer"):
+        distributed.effective_batch(4, 3, 0)
+    with pytest.raises(TypeError, match="micro_batch_size=2.0 must be an integer"):
+        distributed.grad_accum_steps_for(32, 2.0, 1)
+
+
+def test_allreduce_bytes_counts_parameters_not_buffers():
+    model = GPT(65, 32, 4, 2, 16)
+    n_buffer = sum(b.numel() for b in model.buffers())
+    assert n_buffer == 2 * 16 * 16  # the tril masks
+    assert distributed.allreduce_bytes(model) == 4 * model.num_parameters()
+    assert distributed.allreduce_bytes(model, bytes_per_number=2) == 2 * model.num_parameters()
+    with pytest.raises(ValueError, match="bytes_per_number=0 must be a positive integer"):
+        distributed.allreduce_bytes(model, bytes_per_number=0)
+
+
+def not_done(*args):
+    raise NotImplementedError
+
+
+CHECKS = [
+    (distributed.check_effective_batch, lambda m, a, w: m * a * w, [
+        (lambda m, a, w: m * a, "you counted one rank's rows"),
+        (lambda m, a, w: m * w, "you left out gradient accumulation"),
+        (lambda m, a, w: m, "that is one micro-batch"),
+    ]),
+    (distributed.check_grad_accum_steps, lambda b, m, w: b // (m * w), [
+        (lambda b, m, w: b // m, "you ignored the other ranks"),
+        (lambda b, m, w: b // w, "that is the rows per rank"),
+    ]),
+    (distributed.check_allreduce_bytes, lambda model: 4 * sum(p.numel() for p in model.parameters()), [
+        (lambda model: sum(p.numel() for p in model.parameters()), "number of values, not bytes"),
+        (lambda model: 4 * sum(t.numel() for t in model.state_dict().values()), "tril buffers"),
+        (lambda model: 8 * sum(p.numel() for p in model.parameters()), "8 bytes is float64"),
+        (lambda model: 32 * sum(p.numel() for p in model.parameters()), "32 is the bits"),
+    ]),
+]
+
+
+@pytest.mark.parametrize("check, solution, bugs", CHECKS, ids=lambda v: getattr(v, "__name__", ""))
+def test_self_checks(check, solution, bugs, capsys):
+    ok = check(solution)
+    assert ok and ok.passed and ok.attempted and "passed" in capsys.readouterr().out
+    for stub in (not_done, lambda *args: None):
+        res = check(stub)
+        assert not res and not res.attempted and "not attempted yet" in capsys.readouterr().out
+    for bug, diagnosis in bugs:
+        res = check(bug)
+        assert not res and res.attempted and diagnosis in res.diagnosis and diagnosis in capsys.readouterr().out
+    res = check(lambda *args: 1 / 0)
+    assert not res and res.attempted and "ZeroDivisionError" in res.message
+    res = check(lambda *args: 7)
+    assert not res and res.diagnosis == "wrong value"
+
+
+def test_median_step_seconds():
+    times = [9.0, 0.1, 0.2, 5.0, 0.3, 0.4]  # step 1 warms up, step 4 evaluated
+    assert train_ddp.median_step_seconds(times, [0, 4]) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="no step left to time"):
+        train_ddp.median_step_seconds([1.0], [0])
+
+
+def test_fail_rank_must_exist(text_file):
+    args = train_ddp.build_parser().parse_args(TINY + ["--data", str(text_file), "--fail-at-step", "1",
+                                                       "--fail-rank", "2"])
+    with pytest.raises(ValueError, match="--fail-rank=2 is not a rank of this run"):
+        train_ddp.run(args, distributed.DistContext())
