@@ -91,8 +91,15 @@ _SLIDE_TYPES = ("slide", "subslide", "fragment", "skip", "notes", "-")
 # course has no mermaid diagrams, so this template drops that block (the rest is unchanged).
 _TEMPLATE_NAME = "gpt_lesson_reveal"
 _TEMPLATE_CONF = {"base_template": "reveal", "mimetypes": {"text/html": True}}
+# It also keeps the headings as written (the "white" theme upper-cases them).
 _TEMPLATE_INDEX = """{%- extends 'reveal/index.html.j2' -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_css -%}
+<style type="text/css">
+.reveal .slides section h1, .reveal .slides section h2, .reveal .slides section h3,
+.reveal .slides section h4 { text-transform: none; }
+</style>
+{%- endblock html_head_css -%}
 """
 
 _SOLUTION_RE = re.compile(
@@ -341,6 +348,7 @@ def _make_exporter(template_dir: Path):
         reveal_url_prefix=_REVEAL_PREFIX,
         reveal_theme=_REVEAL_THEME,
         reveal_number="c/t",
+        reveal_scroll=True,  # a slide taller than the screen scrolls (code with its output)
         jquery_url=_JQUERY_URL,
         require_js_url=_REQUIRE_URL,
         mathjax_url=_MATHJAX_URL,
@@ -436,10 +444,15 @@ subslides, <kbd>Esc</kbd> overview, <kbd>S</kbd> speaker view with notes, <kbd>F
 
 
 def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions: bool = True,
-                timeout: float = 300.0) -> list[Deck]:
-    """Build a deck per notebook, the shared ``vendor/`` folder and ``index.html`` in ``out_dir``."""
+                timeout: float = 300.0, index_notebooks: list[Path] | None = None) -> list[Deck]:
+    """Build a deck per notebook, the shared ``vendor/`` folder and ``index.html`` in ``out_dir``.
+
+    ``index_notebooks`` (default: ``notebooks``) are the lessons the index lists when their deck
+    exists in ``out_dir``, so rebuilding one deck keeps the others listed and linked.
+    """
     if not notebooks:
         raise ValueError("no notebooks to build: the notebooks folder holds no *.ipynb file")
+    listed = index_notebooks if index_notebooks is not None else notebooks
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     vendor = fetch_vendor(out / "vendor", timeout=timeout)
@@ -447,20 +460,26 @@ def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions:
     remote = remote_references(theme_css.read_text(encoding="utf-8"))
     if remote:
         raise RuntimeError(f"the reveal.js theme {theme_css.name} would load from the network: {remote}")
-    names = {p.stem for p in notebooks}
+    names = {p.stem for p in [*listed, *notebooks]}
     decks = []
     with tempfile.TemporaryDirectory(prefix="gpt_lesson_tpl_") as tmp:
         exporter = _make_exporter(Path(tmp))
         for path in notebooks:
             decks.append(build_deck(path, out, exporter, solutions=solutions, deck_names=names))
+    built = {d.notebook.stem: d for d in decks}
+    for path in listed:
+        if path.stem not in built and (out / f"{path.stem}.html").is_file():
+            nb = nbformat.read(path, as_version=4)
+            built[path.stem] = Deck(path, out / f"{path.stem}.html", _deck_title(nb, path.stem), *count_slides(nb))
     rows = "\n".join(
         f'<tr><td><a href="{html.escape(d.html.name)}">{html.escape(d.title)}</a></td>'
         f'<td class="n">{d.horizontal}</td><td class="n">{d.total}</td>'
         f"<td><code>{html.escape(d.notebook.name)}</code></td></tr>"
-        for d in decks
+        for d in sorted(built.values(), key=lambda d: d.notebook.name)
     )
-    note = "Solutions are shown (teacher's version)." if solutions else "Solutions are removed (student version)."
-    (out / "index.html").write_text(_INDEX.format(rows=rows, solutions=note), encoding="utf-8")
+    note = "shown (teacher's version)" if solutions else "removed (student version)"
+    (out / "index.html").write_text(_INDEX.format(rows=rows, solutions=f"Last build: solutions {note}."),
+                                    encoding="utf-8")
     return decks
 
 
@@ -477,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--student-copies", type=Path, metavar="DIR",
                         help="instead of decks, write the notebooks without solutions to DIR")
     args = parser.parse_args(argv)
-    notebooks = find_notebooks(args.notebooks)
+    notebooks = all_notebooks = find_notebooks(args.notebooks)
     if args.only:
         wanted = {Path(n).stem for n in args.only}
         missing = wanted - {p.stem for p in notebooks}
@@ -490,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     try:
-        decks = build_decks(notebooks, args.out, solutions=not args.strip_solutions)
+        decks = build_decks(notebooks, args.out, solutions=not args.strip_solutions, index_notebooks=all_notebooks)
     except VendorError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

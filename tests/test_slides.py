@@ -233,14 +233,16 @@ def test_rebuild_reuses_vendor_without_npm(built, tmp_path, monkeypatch):
     assert (built["out"] / "vendor" / "VERSIONS.json").stat().st_mtime_ns == before
 
 
-def test_strip_solutions_option_builds_decks_without_solutions(built, tmp_path):
+def test_strip_solutions_option_and_rebuilding_one_deck(built, tmp_path):
     shutil.copytree(built["out"] / "vendor", tmp_path / "vendor")
-    nb = built["decks"]["99_tiny"].notebook
-    assert slides.main(["--notebooks", str(nb.parent), "--only", "99_tiny", "--out", str(tmp_path),
-                        "--strip-solutions"]) == 0
+    nbs = str(built["decks"]["99_tiny"].notebook.parent)
+    assert slides.main(["--notebooks", nbs, "--out", str(tmp_path)]) == 0
+    assert slides.main(["--notebooks", nbs, "--only", "99_tiny", "--out", str(tmp_path), "--strip-solutions"]) == 0
     page = (tmp_path / "99_tiny.html").read_text(encoding="utf-8")
     assert "answer" not in page
     assert "Solution removed from this copy" in page
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert '<a href="98_other.html">' in index and '<a href="99_tiny.html">' in index  # both still listed
 
 
 # --------------------------------------------------------------------------------------------
