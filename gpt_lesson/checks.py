@@ -81,6 +81,8 @@ ROUND_TRIP_CHANGED = "round trip changed the text"
 _COMMON_N_EMBD = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 _ATOL, _RTOL = 1e-5, 1e-4
 _TRANSPOSE_HINTS = [("cannot be multiplied", "a missing transpose: the scores are q @ k.transpose(-2, -1).")]
+_MASK_SIZE_HINTS = [("must match the size", "the mask must be (T, T) for this input: build it from the input, "
+                     "tril = torch.tril(torch.ones(T, T)) with T = q.size(1), or slice a bigger one: tril[:T, :T].")]
 
 
 @dataclass
@@ -442,7 +444,7 @@ def check_causal_attention(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tenso
                     f"sqrt(head_size) = sqrt({hs})? Take the head size from q.size(-1)."))
         cases.append(_Case((q, k, v), f"q, k, v of shape {(B, T, hs)}", expected, variants))
     return _run_cases(name, fn, cases,
-                      exception_hints=_TRANSPOSE_HINTS,
+                      exception_hints=_TRANSPOSE_HINTS + _MASK_SIZE_HINTS,
                       success="Your head equals gpt_lesson.attention.naive_attention with a causal mask.")
 
 

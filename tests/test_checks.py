@@ -285,6 +285,17 @@ def test_view_after_transpose_gets_the_contiguous_hint():
     assert result.diagnosis == checks.RAISED and ".contiguous()" in result.message
 
 
+def test_causal_head_with_a_fixed_size_mask_gets_a_hint():
+    tril = torch.tril(torch.ones(8, 8))  # a learner's global mask for T=8
+
+    def fixed_mask(q, k, v):
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(tril == 0, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+    result = checks.check_causal_attention(fixed_mask)
+    assert result.diagnosis == checks.RAISED and "tril[:T, :T]" in result.message
+
+
 def test_relu_ffn_is_accepted():
     assert checks.check_feed_forward(ffn_relu).passed
 
