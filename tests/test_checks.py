@@ -152,6 +152,48 @@ def block_swapped_ln(x, ln1, sa, ln2, ffwd):
     return x + ffwd(ln1(x))
 
 
+def block_no_attention_residual(x, ln1, sa, ln2, ffwd):
+    x = sa(ln1(x))
+    return x + ffwd(ln2(x))
+
+
+def block_no_ln(x, ln1, sa, ln2, ffwd):
+    x = x + sa(x)
+    return x + ffwd(x)
+
+
+def split_interleaved(x, n_head):
+    B, T, C = x.shape
+    return x.view(B, T, C // n_head, n_head).permute(0, 3, 1, 2)
+
+
+def merge_interleaved(y):
+    B, nh, T, hs = y.shape
+    return y.permute(0, 2, 3, 1).reshape(B, T, nh * hs)
+
+
+def scores_transposed_q(q, k):
+    return q.transpose(-2, -1) @ k / math.sqrt(q.size(-1))
+
+
+def scores_multiplied(q, k):
+    return q @ k.transpose(-2, -1) * math.sqrt(q.size(-1))
+
+
+def causal_triu(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(torch.triu(torch.ones(q.size(1), q.size(1))) == 0, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def emb_position_only(idx, tok_table, pos_table):
+    return pos_table(torch.arange(idx.shape[1])).repeat(idx.shape[0], 1, 1)
+
+
+def emb_multiplied(idx, tok_table, pos_table):
+    return tok_table(idx) * pos_table(torch.arange(idx.shape[1]))
+
+
 def emb_token_only(idx, tok_table, pos_table):
     return tok_table(idx)
 
@@ -195,6 +237,8 @@ BUGS = [  # (check, buggy solution, expected diagnosis)
     (checks.check_attention_scores, scores_no_transpose, checks.MISSING_TRANSPOSE),
     (checks.check_attention_scores, scores_by_head_size, checks.SCALED_BY_HEAD_SIZE),
     (checks.check_attention_scores, scores_wrong_dim_for_d_k, checks.WRONG_SCALING),
+    (checks.check_attention_scores, scores_transposed_q, checks.MISSING_TRANSPOSE),
+    (checks.check_attention_scores, scores_multiplied, checks.WRONG_SCALING),
     (checks.check_softmax_weights, softmax_dim_minus_2, checks.SOFTMAX_WRONG_DIM),
     (checks.check_softmax_weights, softmax_dim_1, checks.SOFTMAX_WRONG_DIM),
     (checks.check_causal_attention, lambda q, k, v: causal(q, k, v, mask="after"), checks.MASK_AFTER_SOFTMAX),
@@ -205,7 +249,11 @@ BUGS = [  # (check, buggy solution, expected diagnosis)
     (checks.check_causal_attention, lambda q, k, v: causal(q, k, v, d=1), checks.NO_SCALING),
     (checks.check_causal_attention, lambda q, k, v: causal(q, k, v, dim=-2), checks.SOFTMAX_WRONG_DIM),
     (checks.check_causal_attention, lambda q, k, v: causal(q, k, v, transpose=False), checks.MISSING_TRANSPOSE),
+    (checks.check_causal_attention, lambda q, k, v: causal(q, k, v, d=q.size(-1) ** 2), checks.SCALED_BY_HEAD_SIZE),
+    (checks.check_causal_attention, causal_triu, checks.MASK_WRONG_TRIANGLE),
     (checks.check_split_heads, split_no_transpose, checks.MISSING_TRANSPOSE),
+    (checks.check_split_heads, split_interleaved, checks.SPLIT_WRONG_ORDER),
+    (checks.check_merge_heads, merge_interleaved, checks.MERGE_WRONG_ORDER),
     (checks.check_split_heads, split_forgot_transpose_shape, checks.MISSING_TRANSPOSE),
     (checks.check_merge_heads, merge_no_transpose, checks.MERGE_WITHOUT_TRANSPOSE),
     (checks.check_feed_forward, ffn_no_expansion, checks.NO_EXPANSION),
@@ -215,6 +263,10 @@ BUGS = [  # (check, buggy solution, expected diagnosis)
     (checks.check_block, block_no_residual, checks.MISSING_RESIDUAL),
     (checks.check_block, block_no_ffwd_residual, checks.MISSING_RESIDUAL),
     (checks.check_block, block_swapped_ln, checks.LAYER_NORMS_SWAPPED),
+    (checks.check_block, block_no_attention_residual, checks.MISSING_RESIDUAL),
+    (checks.check_block, block_no_ln, checks.NO_LAYER_NORM),
+    (checks.check_embeddings, emb_position_only, checks.MISSING_TOKEN_EMBEDDING),
+    (checks.check_embeddings, emb_multiplied, checks.EMBEDDINGS_NOT_ADDED),
     (checks.check_embeddings, emb_token_only, checks.MISSING_POSITION_EMBEDDING),
     (checks.check_embeddings, emb_positions_from_ids, checks.POSITIONS_FROM_TOKEN_IDS),
     (checks.check_embeddings, emb_concatenated, checks.EMBEDDINGS_NOT_ADDED),
@@ -452,3 +504,20 @@ def test_result_repr_is_short_and_truthiness_follows_passed():
     r = checks.CheckResult(passed=False, attempted=True, diagnosis="no mask", message="long text " * 50)
     assert not r and "long text" not in repr(r) and "no mask" in repr(r)
     assert checks.CheckResult(True, True, None, "ok")
+
+
+# Diagnoses tested one by one above, outside the BUGS table.
+TESTED_ELSEWHERE = {checks.NOT_ATTEMPTED, checks.RAISED, checks.WRONG_TYPE, checks.WRONG_SHAPE, checks.NON_FINITE,
+                    checks.NOT_POSITION_WISE, checks.DECODE_NOT_STR, checks.ENCODE_NOT_IDS,
+                    checks.ROUND_TRIP_CHANGED, checks.WRONG_VALUES}
+
+
+def test_every_diagnosis_has_a_test():
+    labels = {value for name, value in vars(checks).items() if name.isupper() and isinstance(value, str)}
+    tested = {label for _, _, diagnosis in BUGS for label in diagnosis.split("; ")} | TESTED_ELSEWHERE
+    assert labels - tested == set()
+
+
+def test_unknown_bug_gets_wrong_values_with_the_largest_difference():
+    result = checks.check_softmax_weights(lambda s: F.softmax(s, dim=-1) + 0.01)
+    assert result.diagnosis == checks.WRONG_VALUES and "largest difference is 0.01" in result.message
