@@ -364,6 +364,8 @@ _REMOTE_PATTERNS = [
     re.compile(r"@import\s+[\"']((?:https?:)?//[^\"']+)", re.I),
     re.compile(r"\bimport\b[^;\n]*?\bfrom\s*[\"']((?:https?:)?//[^\"']+)", re.I),
     re.compile(r"\bimport\(\s*[\"']((?:https?:)?//[^\"']+)", re.I),
+    # a script URL in a string, loaded by code (e.g. the widget renderer: scriptElement.src = '...')
+    re.compile(r"[\"']((?:https?:)?//[^\"'\s]+\.m?js(?:\?[^\"'\s]*)?)[\"']", re.I),
 ]
 
 

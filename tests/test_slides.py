@@ -67,11 +67,16 @@ def _tiny_notebook(folder: Path) -> Path:
         _cell(new_code_cell("1 + 1", execution_count=1, outputs=[
             new_output("execute_result", {"text/plain": "2"}, execution_count=1)]), "-"),
         _cell(new_markdown_cell("Mention why we divide by sqrt(d_k)."), "notes"),
+        _cell(new_code_cell("explorer", execution_count=2, outputs=[new_output("display_data", {
+            "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
+            "text/plain": "ScalingExplorer(...)"})]), "-"),
         _cell(new_markdown_cell(
             "## Your turn 1: add\n\n<details><summary>Solution</summary>\n\n"
             "```python\nanswer = 41 + 1\n```\n</details>\n\n"
             "<details><summary>Hint</summary>\n\nUse +.\n</details>"), "slide"),
     ])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2,
+                                                                              "version_minor": 0}}
     path = folder / "99_tiny.ipynb"
     nbformat.write(nb, path)
     (folder / "98_other.ipynb").write_text(nbformat.writes(_notebook(["slide", "subslide"])))
@@ -109,10 +114,10 @@ def test_strip_solutions_removes_solution_blocks_only(tmp_path):
     nb = nbformat.read(_tiny_notebook(tmp_path), as_version=4)
     stripped, removed = strip_solutions(nb)
     assert removed == 1
-    text = stripped.cells[8].source
+    text = stripped.cells[-1].source
     assert "answer = 41 + 1" not in text and "teacher's version" in text
     assert "<summary>Hint</summary>" in text  # hints stay
-    assert "answer = 41 + 1" in nb.cells[8].source  # the original is untouched
+    assert "answer = 41 + 1" in nb.cells[-1].source  # the original is untouched
     assert count_slides(stripped) == count_slides(nb)
 
 
@@ -140,10 +145,12 @@ def test_remote_references_finds_loads_not_links():
         '<img alt="x" src="http://example.org/c.png"><script src="vendor/require.js"></script>'
         "<style>@import url(https://fonts.example.org/d.css);</style>"
         "<script type=\"module\">import m from 'https://cdn.example.org/e.mjs';</script>"
+        "<script>var src = 'https://unpkg.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js';</script>"
     )
     assert remote_references(page) == [
         "//cdn.example.org/b.css", "http://example.org/c.png", "https://cdn.example.org/a.js",
         "https://cdn.example.org/e.mjs", "https://fonts.example.org/d.css",
+        "https://unpkg.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js",
     ]
 
 
@@ -222,6 +229,9 @@ def test_tiny_deck_content(built):
     assert "colab-badge.svg" not in page and ">Open In Colab</a>" in page  # badge kept as a text link
     assert "data:image/png;base64," in page  # the local figure is inside the deck
     assert "import sys" not in page  # skipped cell
+    # Saved widget views cannot run without a kernel: a note replaces them, and no renderer is loaded.
+    assert "Live widget: open this notebook in JupyterLab" in page
+    assert "widget-view+json" not in page and "html-manager" not in page
     assert "<details><summary>Solution</summary>" in page and "answer" in page.split("<summary>Solution</summary>")[1].split("</details>")[0]
 
 
