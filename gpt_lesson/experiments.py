@@ -170,13 +170,24 @@ def train_small(
     eval_interval: int = 100,
     seed: int = 1337,
     max_chars: int = 200_000,
+    qkv_init_std: float | None = None,
 ) -> tuple[GPT, CharTokenizer, History]:
     """Train a tiny character GPT on the first ``max_chars`` of ``text`` for a few seconds.
 
     ``causal=False`` removes the mask (the model can read the next character, the
     answer) and ``attn_scale=1.0`` removes the 1/sqrt(d_k) scaling; everything else,
     including the seed and the batches, is the same, so runs can be compared.
+
+    ``qkv_init_std`` re-initialises every ``c_attn`` (the q, k, v projections) with
+    that standard deviation. ``1 / sqrt(n_embd)`` gives q and k entries of variance
+    about 1 at the start (the inputs are layer-normed), the assumption behind
+    Var(q.k) = d_k; the default GPT-2 init (std 0.02) starts with tiny scores.
     """
+    if qkv_init_std is not None:
+        if isinstance(qkv_init_std, bool) or not isinstance(qkv_init_std, (int, float)):
+            raise TypeError(f"qkv_init_std={qkv_init_std!r} must be a number or None")
+        if not qkv_init_std > 0:
+            raise ValueError(f"qkv_init_std={qkv_init_std} must be > 0")
     text = text[:max_chars]
     tokenizer = CharTokenizer(text)
     data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
@@ -184,6 +195,9 @@ def train_small(
     torch.manual_seed(seed)
     model = GPT(GPTConfig(tokenizer.vocab_size, n_embd, n_head, n_layer, block_size, dropout=0.0,
                           causal=causal, attn_scale=attn_scale))
+    if qkv_init_std is not None:
+        for block in model.blocks:
+            torch.nn.init.normal_(block.sa.c_attn.weight, mean=0.0, std=qkv_init_std)
     cfg = TrainConfig(max_steps=steps, batch_size=batch_size, learning_rate=learning_rate,
                       eval_interval=eval_interval, eval_iters=10, seed=seed, progress=False)
     hist = train(model, data[:n], data[n:], cfg)
