@@ -360,12 +360,13 @@ def test_tiny_deck_offline(built, browser_context):
     page.close()
 
 
+LESSON_NAMES = [p.stem for p in find_notebooks(REPO / "notebooks")]
+
+
 @pytest.mark.browser
-def test_first_lesson_deck_offline(built, browser_context):
-    lessons = [p.stem for p in built["lessons"]]
-    if not lessons:
-        pytest.skip("no lesson notebook in notebooks/ yet")
-    deck = built["decks"][lessons[0]]
+@pytest.mark.parametrize("name", LESSON_NAMES)
+def test_lesson_deck_offline(built, browser_context, name):
+    deck = built["decks"][name]
     log = PageLog(browser_context, deck.html)
     page = log.page
     page.wait_for_function(GET_REVEAL, timeout=30_000)
