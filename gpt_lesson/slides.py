@@ -39,6 +39,7 @@ import nbformat
 __all__ = [
     "VENDOR_PACKAGES",
     "VendorError",
+    "NotOfflineError",
     "Deck",
     "count_slides",
     "strip_solutions",
@@ -116,6 +117,10 @@ _WIDGET_NOTE = (
 
 class VendorError(RuntimeError):
     """npm is missing or the registry did not deliver the pinned packages."""
+
+
+class NotOfflineError(RuntimeError):
+    """A deck would load something from the network (a remote image in a lesson, a CDN script)."""
 
 
 @dataclass
@@ -411,7 +416,10 @@ def build_deck(notebook: str | os.PathLike, out_dir: str | os.PathLike, exporter
     body = _link_decks(body, deck_names if deck_names is not None else {nb_path.stem})
     remote = remote_references(body)
     if remote:
-        raise RuntimeError(f"the deck for {nb_path.name} would load from the network: {remote}")
+        raise NotOfflineError(
+            f"the deck for {nb_path.name} would load from the network: {remote}. Decks must work "
+            "offline: put the file next to the notebook (e.g. in figures/) and link it relatively"
+        )
     dest = out / f"{nb_path.stem}.html"
     dest.write_text(body, encoding="utf-8")
     return Deck(nb_path, dest, title, horizontal, total)
@@ -461,7 +469,7 @@ def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions:
     theme_css = vendor / "reveal.js" / "dist" / "theme" / f"{_REVEAL_THEME}.css"
     remote = remote_references(theme_css.read_text(encoding="utf-8"))
     if remote:
-        raise RuntimeError(f"the reveal.js theme {theme_css.name} would load from the network: {remote}")
+        raise NotOfflineError(f"the reveal.js theme {theme_css.name} would load from the network: {remote}")
     names = {p.stem for p in [*listed, *notebooks]}
     decks = []
     with tempfile.TemporaryDirectory(prefix="gpt_lesson_tpl_") as tmp:
@@ -512,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         decks = build_decks(notebooks, args.out, solutions=not args.strip_solutions, index_notebooks=all_notebooks)
-    except VendorError as e:
+    except (VendorError, NotOfflineError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for d in decks:

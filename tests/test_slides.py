@@ -235,6 +235,18 @@ def test_tiny_deck_content(built):
     assert "<details><summary>Solution</summary>" in page and "answer" in page.split("<summary>Solution</summary>")[1].split("</details>")[0]
 
 
+def test_a_remote_image_in_a_lesson_stops_the_build(built, tmp_path, capsys):
+    nb = _notebook(["slide"])
+    nb.cells[0].source = "# 97 · Remote\n\n![diagram](https://example.org/diagram.png)"
+    (tmp_path / "nbs").mkdir()
+    nbformat.write(nbformat.from_dict(nb), tmp_path / "nbs" / "97_remote.ipynb")
+    shutil.copytree(built["out"] / "vendor", tmp_path / "out" / "vendor")
+    assert slides.main(["--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "97_remote.ipynb would load from the network: ['https://example.org/diagram.png']" in err
+    assert not (tmp_path / "out" / "97_remote.html").exists()
+
+
 def test_rebuild_reuses_vendor_without_npm(built, tmp_path, monkeypatch):
     before = (built["out"] / "vendor" / "VERSIONS.json").stat().st_mtime_ns
     monkeypatch.setenv("PATH", str(tmp_path))  # no npm: the pinned vendor folder is reused
