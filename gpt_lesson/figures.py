@@ -58,9 +58,15 @@ class Context:
                 from .shakespeare import load_trained_model
             except ImportError as e:
                 raise FigureSkipped(f"gpt_lesson.shakespeare is not available ({e})") from None
-            if not self.train and not self.checkpoint_path().is_file():
+            cached = self.checkpoint_path().is_file()
+            if not self.train and not cached:
                 raise FigureSkipped(f"no cached checkpoint at {self.checkpoint_path()} and --no-train was given")
-            model, tokenizer = load_trained_model(train_if_missing=self.train)
+            if not cached:
+                print("training the Shakespeare model first (about 90 s on 2 cores; --no-train skips this) ...")
+            try:
+                model, tokenizer = load_trained_model(train_if_missing=self.train)
+            except FileNotFoundError as e:  # a checkpoint made with other settings, and --no-train
+                raise FigureSkipped(str(e)) from None
             self._trained = (model.eval(), tokenizer)
         return self._trained
 
@@ -163,9 +169,14 @@ FIGURES: list[FigureSpec] = [
 
 
 def _load_benchmark_module(path: Path):
+    """Import ``benchmarks/NAME.py`` as its own script would run (its folder on sys.path)."""
     spec = importlib.util.spec_from_file_location(f"_gpt_lesson_benchmark_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    sys.path.insert(0, str(path.parent))  # benchmark scripts import their helpers as `from _common import ...`
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    finally:
+        sys.path.remove(str(path.parent))
     return module
 
 

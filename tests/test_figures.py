@@ -114,13 +114,15 @@ def test_benchmark_results_are_replotted(tmp_path):
 def test_benchmark_own_plot_function_is_used(tmp_path):
     script = (
         "import matplotlib.pyplot as plt\n"
+        "from _helpers import TITLE\n"  # a sibling module, as benchmarks/_common.py is imported
         "def plot(results):\n"
         "    fig, ax = plt.subplots()\n"
         "    ax.bar(['no cache', 'cache'], [results['without'], results['with']])\n"
-        "    fig.suptitle('own plot')\n"
+        "    fig.suptitle(TITLE)\n"
         "    return fig\n"
     )
     bench = _benchmarks(tmp_path / "benchmarks", "kv_cache", {"without": 300.0, "with": 1500.0}, script)
+    (bench / "_helpers.py").write_text("TITLE = 'own plot'\n")
     (spec,) = figures.benchmark_figures(bench)
     fig = spec.draw(Context(benchmarks_dir=bench))
     assert fig._suptitle.get_text() == "own plot"
@@ -132,6 +134,32 @@ def test_benchmark_without_a_table_is_skipped_with_the_reason():
         plot_benchmark("odd", {"note": "nothing measured"})
     with pytest.raises(FigureSkipped, match="need two numeric columns"):
         plot_benchmark("odd", [{"name": "a", "ms": 1.0}])
+
+
+def test_stale_checkpoint_with_no_train_is_skipped(tmp_path, monkeypatch):
+    def stale(train_if_missing=True):
+        raise FileNotFoundError("no checkpoint made with the current settings at X")
+
+    monkeypatch.setenv("GPT_LESSON_CACHE", str(tmp_path))
+    (tmp_path / CHECKPOINT_NAME).write_bytes(b"old")
+    stub = types.ModuleType("gpt_lesson.shakespeare")
+    stub.load_trained_model = stale
+    monkeypatch.setitem(sys.modules, "gpt_lesson.shakespeare", stub)
+    done = write_figures(tmp_path / "out", [s for s in FIGURES if s.needs_training], Context(train=False),
+                         log=lambda _: None)
+    assert done == {name: "no checkpoint made with the current settings at X" for name in TRAINING}
+
+
+def test_the_repository_benchmark_results_replot(tmp_path):
+    """Every benchmarks/results/NAME.json in the repository re-plots (its script's plot() or the generic one)."""
+    bench = figures.REPO_ROOT / "benchmarks"
+    specs = figures.benchmark_figures(bench)
+    if not specs:
+        pytest.skip("no benchmark has written benchmarks/results/NAME.json yet")
+    done = write_figures(tmp_path, specs, Context(train=False, benchmarks_dir=bench), log=lambda _: None)
+    for name, result in done.items():
+        assert isinstance(result, Path), f"{name} was skipped: {result}"
+        assert_valid_png(result)
 
 
 def test_a_drawing_function_must_return_a_figure(tmp_path):
