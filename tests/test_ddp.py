@@ -10,7 +10,6 @@ import random
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -54,10 +53,9 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_torchrun(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.perf_counter()
-    proc = subprocess.run(TORCHRUN + args, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=120)
-    return proc, time.perf_counter() - start
+def run_torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    # About 10-25 s on a busy 2-core machine; the timeout only stops a hung run (no timing is asserted).
+    return subprocess.run(TORCHRUN + args, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=120)
 
 
 # --- the real thing: torchrun with 2 gloo processes ----------------------------------------
@@ -65,10 +63,9 @@ def run_torchrun(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProces
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record under pytest's capture
 def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path, text_file, capsys):
     data = ["--data", str(text_file)]
-    proc, seconds = run_torchrun(TINY + data + ["--micro-batch-size", "2", "--checkpoint", "two.pt",
+    proc = run_torchrun(TINY + data + ["--micro-batch-size", "2", "--checkpoint", "two.pt",
                                                 "--history", "two.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert seconds < 60, f"the 2-process run took {seconds:.0f} s"
     assert proc.stdout.count("world_size=2 backend=gloo") == 1  # only rank 0 prints
     assert "global batch 8 rows = 2 rank(s) x 2 micro-batch(es) x 2 rows" in proc.stdout
 
@@ -98,7 +95,7 @@ def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path, te
 
 
 def test_a_failed_rank_stops_the_run_and_writes_no_checkpoint(tmp_path, text_file):
-    proc, _ = run_torchrun(TINY + ["--data", str(text_file), "--grad-accum-steps", "2", "--checkpoint",
+    proc = run_torchrun(TINY + ["--data", str(text_file), "--grad-accum-steps", "2", "--checkpoint",
                                    "run.pt", "--history", "run.json", "--fail-at-step", "2"], tmp_path)
     assert proc.returncode != 0
     assert "InjectedFailure: rank 1: injected failure after step 2 (--fail-at-step)" in proc.stderr
