@@ -55,12 +55,25 @@ def _stub_trained_model(cache: Path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "gpt_lesson.shakespeare", stub)
 
 
+def _cached_model_loads() -> bool:
+    """True when the real trained model is cached (and current), so no stub is needed."""
+    if not (cache_dir() / CHECKPOINT_NAME).is_file():
+        return False
+    try:
+        from gpt_lesson.shakespeare import load_trained_model
+
+        load_trained_model(train_if_missing=False)
+    except (ImportError, FileNotFoundError):  # no module yet, a stale checkpoint, or no Tiny Shakespeare
+        return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory):
     """Run the command once into a temp folder, with the real checkpoint if cached, else the stub."""
     out = tmp_path_factory.mktemp("figures")
     with pytest.MonkeyPatch.context() as mp:
-        if not (cache_dir() / CHECKPOINT_NAME).is_file():
+        if not _cached_model_loads():
             cache = tmp_path_factory.mktemp("cache")
             mp.setenv("GPT_LESSON_CACHE", str(cache))
             _stub_trained_model(cache, mp)
