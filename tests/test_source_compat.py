@@ -1,0 +1,142 @@
+"""gpt_lesson.GPT against the source model (tests/source_model.py): same checkpoint, same numbers."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import gpt_lesson
+from source_model import GPT as SourceGPT
+
+SEED_CONFIG = (1000, 64, 4, 3, 128)  # vocab_size, n_embd, n_head, n_layer, block_size
+CONFIGS = [SEED_CONFIG, (65, 32, 2, 2, 16), (50, 48, 6, 1, 24), (200, 16, 1, 4, 8)]
+
+
+def _pair(config, seed=0, **options):
+    """A source model and a library GPT holding the source's weights (loaded from a saved checkpoint)."""
+    torch.manual_seed(seed)
+    source = SourceGPT(*config)
+    ours = gpt_lesson.GPT(*config, **options)
+    return source, ours
+
+
+def _save_and_load(source, ours, path):
+    torch.save(source.state_dict(), path)
+    state = torch.load(path, weights_only=True)
+    ours.load_state_dict(state, strict=True)
+
+
+def _batch(config, B, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, config[0], (B, T), generator=g)
+    targets = torch.randint(0, config[0], (B, T), generator=g)
+    return idx, targets
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_state_dict_keys_and_shapes_equal(config):
+    source, ours = _pair(config)
+    theirs = {k: tuple(v.shape) for k, v in source.state_dict().items()}
+    mine = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+    assert list(mine) == list(theirs)
+    assert mine == theirs
+    for key in ("token_embedding_table.weight", "blocks.0.sa.c_attn.weight", "blocks.0.sa.tril",
+                "blocks.0.ffwd.net.0.weight", "ln_f.weight", "lm_head.bias"):
+        assert key in mine
+
+
+def test_parameter_count_is_286504():
+    source, ours = _pair(SEED_CONFIG)
+    n_source = sum(p.numel() for p in source.parameters())
+    assert n_source == ours.num_parameters() == 286_504
+    assert f"{n_source / 1e6:.2f}M" == "0.29M"
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_source_checkpoint_loads_strict_and_gives_identical_logits(config, seed, tmp_path):
+    source, ours = _pair(config, seed)
+    _save_and_load(source, ours, tmp_path / "source.pt")
+    source.eval(), ours.eval()
+    idx, _ = _batch(config, 3, config[4], seed)
+    with torch.no_grad():
+        theirs, _ = source(idx)
+        mine, loss = ours(idx)
+    assert loss is None
+    assert mine.shape == theirs.shape == (3, config[4], config[0])
+    assert torch.allclose(mine, theirs, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("config", CONFIGS[:2])
+def test_source_checkpoint_with_sdpa_attention(config, tmp_path):
+    source, ours = _pair(config, 3, attn_impl="sdpa")
+    _save_and_load(source, ours, tmp_path / "source.pt")
+    source.eval(), ours.eval()
+    idx, _ = _batch(config, 2, config[4], 3)
+    with torch.no_grad():
+        assert torch.allclose(ours(idx)[0], source(idx)[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_source_loss_equals_ours_and_only_the_logits_shape_differs(config, tmp_path):
+    source, ours = _pair(config, 4)
+    _save_and_load(source, ours, tmp_path / "source.pt")
+    source.eval(), ours.eval()
+    B, T = 2, min(32, config[4])
+    idx, targets = _batch(config, B, T, 4)
+    with torch.no_grad():
+        their_logits, their_loss = source(idx, targets)
+        my_logits, my_loss = ours(idx, targets)
+    assert their_logits.shape == (B * T, config[0])  # the source flattens when targets are given
+    assert my_logits.shape == (B, T, config[0])      # the library never does
+    assert torch.allclose(my_logits.view(B * T, -1), their_logits, atol=1e-6, rtol=0)
+    assert math.isclose(my_loss.item(), their_loss.item(), rel_tol=1e-6)
+
+
+def test_seed_demo_loss_is_near_ln_vocab():
+    source, ours = _pair(SEED_CONFIG, 5)
+    idx, targets = _batch(SEED_CONFIG, 2, 32, 5)
+    for model in (source, ours):
+        logits, loss = model(idx, targets)
+        assert abs(loss.item() - math.log(1000)) < 0.15
+    assert ours(idx, targets)[0].shape == (2, 32, 1000)
+    assert source(idx, targets)[0].shape == (64, 1000)
+
+
+def test_dropout_sits_in_the_same_places(tmp_path):
+    """In training mode with the same random state, both models drop the same numbers."""
+    config = (65, 32, 4, 2, 16)
+    source, ours = _pair(config, 6)
+    _save_and_load(source, ours, tmp_path / "source.pt")
+    source.train(), ours.train()
+    idx, targets = _batch(config, 2, 16, 6)
+    torch.manual_seed(123)
+    their_logits, their_loss = source(idx, targets)
+    torch.manual_seed(123)
+    my_logits, my_loss = ours(idx, targets)
+    assert torch.allclose(my_logits.view(32, -1), their_logits, atol=1e-6, rtol=0)
+    torch.manual_seed(124)
+    other_logits, _ = ours(idx, targets)
+    assert not torch.allclose(other_logits.view(32, -1), their_logits, atol=1e-3)  # dropout really acts
+
+
+def test_library_checkpoint_loads_into_the_source_model(tmp_path):
+    config = (65, 32, 2, 2, 16)
+    torch.manual_seed(7)
+    ours = gpt_lesson.GPT(*config)
+    source = SourceGPT(*config)
+    torch.save(ours.state_dict(), tmp_path / "ours.pt")
+    source.load_state_dict(torch.load(tmp_path / "ours.pt", weights_only=True), strict=True)
+    ours.eval(), source.eval()
+    idx, _ = _batch(config, 2, 16, 7)
+    with torch.no_grad():
+        assert torch.allclose(ours(idx)[0], source(idx)[0], atol=1e-6, rtol=0)
+
+
+def test_loading_with_a_missing_key_fails_strict(tmp_path):
+    """strict=True really checks: a checkpoint without the tril buffers is refused."""
+    source, ours = _pair((65, 32, 2, 2, 16), 8)
+    state = {k: v for k, v in source.state_dict().items() if not k.endswith(".tril")}
+    with pytest.raises(RuntimeError, match="tril"):
+        ours.load_state_dict(state, strict=True)
