@@ -284,7 +284,8 @@ def write_figures(out_dir: str | os.PathLike, specs: list[FigureSpec], ctx: Cont
     return done
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m gpt_lesson.figures``."""
     parser = argparse.ArgumentParser(prog="python -m gpt_lesson.figures", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "figures",
                         help="output folder (default: the repository's figures/)")
@@ -292,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the figures of the trained model when no checkpoint is cached")
     parser.add_argument("--only", nargs="+", metavar="FILE", help="draw only these figures (file names)")
     parser.add_argument("--list", action="store_true", help="list the figures and exit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     ctx = Context(train=not args.no_train)
     specs = all_figures(ctx)

@@ -493,7 +493,8 @@ def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions:
     return decks
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m gpt_lesson.slides``."""
     parser = argparse.ArgumentParser(prog="python -m gpt_lesson.slides", description=__doc__.split("\n\n")[0])
     parser.add_argument("--notebooks", type=Path, default=REPO_ROOT / "notebooks",
                         help="folder of the lesson notebooks (default: the repository's notebooks/)")
@@ -505,6 +506,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave the <details> solution blocks out of the decks")
     parser.add_argument("--student-copies", type=Path, metavar="DIR",
                         help="instead of decks, write the notebooks without solutions to DIR")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     notebooks = all_notebooks = find_notebooks(args.notebooks)
     if args.only:

@@ -8,6 +8,7 @@ from file:// with the network off and record every request that is not a local f
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -395,3 +396,17 @@ def test_lesson_deck_offline(built, browser_context, name):
     page.wait_for_timeout(500)
     assert log.problems() == {}
     page.close()
+
+
+def test_commands_in_the_teachers_guide_parse():
+    """Every `python -m gpt_lesson.slides/figures ...` written in docs/teaching.md is a valid command line."""
+    import shlex
+
+    from gpt_lesson import figures
+
+    guide = (REPO / "docs" / "teaching.md").read_text(encoding="utf-8")
+    commands = re.findall(r"`python -m gpt_lesson\.(slides|figures)([^`]*)`", guide)
+    assert {m for m, _ in commands} == {"slides", "figures"}
+    for module, args in commands:
+        parser = (slides if module == "slides" else figures).build_parser()
+        parser.parse_args(shlex.split(args))  # exits (fails the test) on an unknown option
