@@ -104,7 +104,7 @@ _TEMPLATE_INDEX = """{%- extends 'reveal/index.html.j2' -%}
 """
 
 _SOLUTION_RE = re.compile(
-    r"<details>\s*<summary>[^<]*solution[^<]*</summary>.*?</details>", re.IGNORECASE | re.DOTALL
+    r"<details\b[^>]*>\s*<summary>[^<]*solution[^<]*</summary>.*?</details>", re.IGNORECASE | re.DOTALL
 )
 _SOLUTION_NOTE = "*(Solution removed from this copy: it is in the teacher's version.)*"
 _BADGE_RE = re.compile(r"\[!\[([^\]]*)\]\((?:https?:)?//[^)]*\)\]\(([^)]*)\)")

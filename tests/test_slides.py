@@ -376,6 +376,18 @@ def test_tiny_deck_offline(built, browser_context):
 LESSON_NAMES = [p.stem for p in find_notebooks(REPO / "notebooks")]
 
 
+@pytest.mark.parametrize("name", LESSON_NAMES)
+def test_student_copy_of_each_lesson_has_no_solution(name):
+    """Each exercise's solution block is found and removed, so the hand-outs do not leak answers."""
+    nb = nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
+    exercises = sum(len(re.findall(r"^### Your turn", c.source, re.M)) for c in nb.cells if c.cell_type == "markdown")
+    stripped, removed = strip_solutions(nb)
+    assert removed >= exercises
+    left = [c.source for c in stripped.cells if c.cell_type == "markdown"
+            and re.search(r"<summary>[^<]*solution", c.source, re.I)]
+    assert left == [], f"{name}: a solution block the student copy does not remove"
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("name", LESSON_NAMES)
 def test_lesson_deck_offline(built, browser_context, name):
