@@ -161,7 +161,9 @@ def exercise_problems(nb, path: Path) -> list[str]:
             for name in CHECK_CALL_RE.findall(_text(cell)):
                 if not callable(getattr(checks, name, None)):
                     problems.append(f"Your turn {n}: {name} is not a check in gpt_lesson.checks")
-        if not any("not attempted yet" in _output_text(c) for _, c in calls):
+        if not any(c.get("outputs") for _, c in calls):
+            problems.append(f"Your turn {n}: the check cell has no stored output (store an executed notebook)")
+        elif not any("not attempted yet" in _output_text(c) for _, c in calls):
             problems.append(f"Your turn {n}: the stored output of the check must be 'not attempted yet' "
                             "(store the notebook with the stub untouched)")
         first_call = calls[0][0]
@@ -350,6 +352,7 @@ def _problems_after(lesson, change) -> str:
     (lambda nb, p: nb.cells[4].update(source="### Your turn 1: only one") or [nb.cells.pop(8) for _ in range(4)],
      "1 '### Your turn N: ...' exercises"),
     (lambda nb, p: nb.cells[6].outputs[0].update(text="✅ passed"), "Your turn 1: the stored output"),
+    (lambda nb, p: nb.cells[6].update(outputs=[]), "Your turn 1: the check cell has no stored output"),
     (lambda nb, p: nb.cells[6].update(source="check_tokeniser(encode, decode, 'hi')"), "check_tokeniser is not"),
     (lambda nb, p: nb.cells[7].update(source="Solution: see above"), "Your turn 1: no '<details>"),
     (lambda nb, p: nb.cells[3].update(source="import gpt_lesson"), "imported from gpt_lesson.checks"),
