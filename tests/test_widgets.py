@@ -145,6 +145,14 @@ def test_attention_text_is_cached(model, tok):
     assert ex.model_runs == 2  # seen before: no new forward pass
 
 
+def test_attention_new_text_of_the_same_length_only_relabels(model, tok):
+    ex = AttentionExplorer(model, tok, "to be or not", query=3)
+    builds = ex.painter.builds
+    ex.text.value = "not to be or"
+    assert ex.painter.builds == builds and ex.model_runs == 2
+    assert same_picture(ex.png, draw_attention_view(model, tok, "not to be or", query=3)) < 0.001
+
+
 def test_attention_bad_text_shows_a_message_not_a_traceback(model, tok):
     ex = AttentionExplorer(model, tok, "to be")
     ex.query.value = 3

@@ -205,8 +205,9 @@ class AttentionPainter(Painter):
     def layout_key(self, view: dict) -> object:
         if view.get("error"):
             return "error"
-        return (view["head"] == "all", tuple(view["tokens"]), view["mask"] is not None,
-                view["cell"] is not None, tuple(view["matrix"].shape), view["head_size"])
+        # Not the tokens themselves: new text of the same length only relabels the axes.
+        return (view["head"] == "all", view["mask"] is not None, view["cell"] is not None,
+                tuple(view["matrix"].shape), view["head_size"])
 
     # -- layout ---------------------------------------------------------------------------------
     def build(self, fig: Figure, view: dict) -> None:
@@ -217,6 +218,8 @@ class AttentionPainter(Painter):
         self.title = fig.suptitle(" ", fontsize=12)
         self.footer = fig.text(0.01, 0.015, "", fontsize=8.5, va="bottom")
         self.notice = fig.text(0.99, 0.955, "", fontsize=9, ha="right", color="tab:red")
+        self.tokens = tuple(view["tokens"])
+        self.labelled: list = []  # the axes whose ticks carry the tokens
         if view["head"] == "all":
             self._build_grid(fig, view)
         else:
@@ -237,6 +240,7 @@ class AttentionPainter(Painter):
                               left=0.09, right=0.97, top=0.88, bottom=0.17)
         self.ax = ax = fig.add_subplot(gs[:, 0])
         self.im, self.shade = self._heatmap(ax, view, tokens)
+        self.labelled = [ax]
         self.heat_title = dynamic_title(ax, 10)
         self.legend = ax.get_legend()
         self.cbar = self.im.colorbar
@@ -308,6 +312,8 @@ class AttentionPainter(Painter):
             im, shade = self._heatmap(ax, view, tokens, title=f"head {h}", colorbar=False)
             self.images.append(im)
             self.shades.append(shade)
+            if tokens is not None:
+                self.labelled.append(ax)
             self.dynamic += [im, shade, *ax.spines.values()]
             if h % ncols:
                 ax.set_ylabel("")
@@ -322,6 +328,8 @@ class AttentionPainter(Painter):
         if view.get("error"):
             self.error.set_text(view["error"])
             return
+        if tuple(view["tokens"]) != self.tokens:
+            self._relabel(view["tokens"])
         head = view["head"]
         who = "all heads" if head == "all" else f"head {head}"
         self.title.set_text(f"Layer {view['layer']}, {who}: {STAGE_TITLES[view['stage']]} · {view['T']} tokens")
@@ -347,6 +355,15 @@ class AttentionPainter(Painter):
             self.cbar.set_label("score" if signed else "weight")
         if head != "all":
             self._update_one(view, signed, shaded)
+
+    def _relabel(self, tokens: list[str]) -> None:
+        """New text of the same length: new tick labels (as plot_attention sets them), then a full redraw."""
+        T, labels = len(tokens), token_labels(tokens)
+        for ax in self.labelled:
+            ax.set_xticks(range(T), labels, fontsize=7 if T > 16 else 9)
+            ax.set_yticks(range(T), labels, fontsize=7 if T > 16 else 9)
+        self.tokens = tuple(tokens)
+        self._background = None  # the tick labels are part of the saved background
 
     def _update_one(self, view: dict, signed: bool, shaded: bool) -> None:
         self.heat_title.set_text(_stage_title(view))
