@@ -135,6 +135,24 @@ def test_attention_head_change_only_redraws(model, tok):
     assert ex.png != png
 
 
+def test_going_back_to_a_layout_reuses_it(model, tok):
+    ex = AttentionExplorer(model, tok, TEXT[:16])
+    ex.head.value = "all"
+    ex.head.value = 0
+
+    def builds():
+        return sum(painter.builds for painter, _ in ex._layouts.values())
+
+    before = builds()
+    ex.head.value = "all"
+    ex.head.value = 1
+    ex.query.value = 4
+    ex.query.value = -1
+    assert builds() == before + 1  # only the query's layout (row and step-through) was new
+    assert len(ex._layouts) == 3 and ex.view["head"] == 1
+    assert same_picture(ex.png, draw_attention_view(model, tok, TEXT[:16], head=1)) < 0.001
+
+
 def test_attention_text_is_cached(model, tok):
     ex = AttentionExplorer(model, tok, "to be")
     assert ex.model_runs == 1

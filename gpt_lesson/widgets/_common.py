@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
 
@@ -175,17 +176,23 @@ class Painter:
 class Explorer:
     """Base of the explorers: controls above a message line and the picture.
 
-    Subclasses build their controls, then call :meth:`_finish` with them; they
-    set ``self.painter`` and update ``self.view``, the computed data the picture
-    shows (what the tests check), before calling :meth:`redraw`.
+    Subclasses set ``self.painter`` (a painter of their kind) before calling this
+    ``__init__``, build their controls, call :meth:`_finish` with them, and update
+    ``self.view``, the computed data the picture shows (what the tests check),
+    before calling :meth:`redraw`.
+
+    Each layout the explorer has shown keeps its own figure and painter (the last
+    ``max_layouts``), so going back to a layout, e.g. from "all heads" to one head,
+    costs an update, not a new layout.
     """
 
     css_class = "gpt-lesson-explorer"
     painter: Painter
+    max_layouts = 4
 
     def __init__(self) -> None:
-        self._fig = Figure(figsize=self.painter.figsize, dpi=PNG_DPI)
-        FigureCanvasAgg(self._fig)  # attaches an Agg canvas; pyplot's figure manager never knows this figure
+        self._layouts: OrderedDict[object, tuple[Painter, Figure]] = OrderedDict()
+        self._fig: Figure | None = None
         self.image = widgets.Image(format="png")
         self.message = widgets.HTML(value="")
         self.view: dict = getattr(self, "view", {})  # a subclass may have computed it while validating
@@ -200,6 +207,16 @@ class Explorer:
 
     def redraw(self) -> None:
         """Draw the current view and send it to the Image widget."""
+        key = self.painter.layout_key(self.view)
+        if key in self._layouts:
+            self._layouts.move_to_end(key)
+        else:
+            fig = Figure(figsize=self.painter.figsize, dpi=PNG_DPI)
+            FigureCanvasAgg(fig)  # an Agg canvas of its own: pyplot's figure manager never knows this figure
+            self._layouts[key] = (type(self.painter)(), fig)
+            if len(self._layouts) > self.max_layouts:
+                self._layouts.popitem(last=False)
+        self.painter, self._fig = self._layouts[key]
         self.painter.paint(self._fig, self.view)
         self.png = self.painter.render_png()
         self.image.value = self.png
