@@ -60,7 +60,7 @@ def main() -> None:
     cases.append(("attention", "head", "heads 0-3", att.head, [1, 2, 3, 0]))
     cases.append(("attention", "stage", "", att.stage, ["raw", "scaled", "masked", "weights"]))
     cases.append(("attention", "layer", "", att.layer, [1, 0]))
-    cases.append(("attention", "head", "one head <-> all heads (new layout)", att.head, ["all", 0]))
+    cases.append(("attention", "head", "one head <-> all heads (two layouts, each built once)", att.head, ["all", 0]))
     cases.append(("attention", "query", "row + step-through", att.query, [10, 30, 50, 63]))
     cases.append(("attention", "key", "", att.key, [0, 5, 9, -1]))
     # Typing: every keystroke is new text (one forward pass, new token labels); the last
@@ -70,7 +70,7 @@ def main() -> None:
     mask = MaskExplorer(T=8)
     cases.append(("mask", "mask", "", mask.mask, ["none", "padding", "causal+padding", "causal"]))
     cases.append(("mask", "real tokens", "", mask.n_real, [3, 5, 6]))
-    cases.append(("mask", "T", "new layout", mask.T, [12, 16, 8]))
+    cases.append(("mask", "T", "a layout per T, built on first use", mask.T, [12, 16, 8]))
     scaling = ScalingExplorer(d_k=64)
     cases.append(("scaling", "d_k", "first pass samples new d_k", scaling.d_k, [128, 256, 512, 1024, 16, 64]))
     cases.append(("scaling", "scaling", "", scaling.scaling, ["none", "temperature", "sqrt"]))

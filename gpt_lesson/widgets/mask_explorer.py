@@ -167,12 +167,13 @@ class MaskPainter(Painter):
         pad = f", {view['n_real']} real tokens then padding" if "padding" in view["mask_name"] else ""
         self.title.set_text(f"Mask: {view['mask_name']} (T={T}{pad})")
         self.footer.set_text(_leak_text(view) + "\n" + view["explanation"])
-        # The scores before masking depend on T only (a new layout), so panel 1 stays in the background.
+        # The scores before masking, and so the colour ranges, depend on T only (a new layout):
+        # panel 1 and the colour bars stay in the saved background.
         changing = [0, 2, 3]
         self.dynamic = [*(self.images[n] for n in changing), *ax2.collections[n2:], *ax3.collections[n3:],
                         *nan_patches, *(t for n in changing for row in self.cells[n] for t in row),
                         *(s for n in changing for s in self.axes[n].spines.values()), *legends,
-                        *(self.cbars[n].ax for n in (2, 3)), self.title, self.footer]
+                        self.title, self.footer]  # the colour bars' ranges depend on T only
 
 
 def draw_mask_view(T: int = 8, mask: str = "causal", *, n_real: int | None = None, seed: int = 0,
