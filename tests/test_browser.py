@@ -210,3 +210,13 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path):
     assert not errors, "browser console errors:\n" + "\n".join(errors)
     assert hosts - {"127.0.0.1"} <= BADGE_HOSTS, f"requests left the machine: {sorted(hosts)}"
     print(f"browser test took {time.monotonic() - started:.1f} s")
+
+
+def test_missing_chromium_skips_or_fails_when_required(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.delenv("GPT_LESSON_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
+        _chromium_or_skip()
+    monkeypatch.setenv("GPT_LESSON_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="apt-get install chromium"):
+        _chromium_or_skip()
