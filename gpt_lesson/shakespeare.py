@@ -56,8 +56,8 @@ SHAKESPEARE_CONFIG = GPTConfig(
 TRAIN_CONFIG = TrainConfig(
     max_steps=976,  # 976 steps x 32 rows x 32 tokens = 999,424 training tokens (<= 1.0 M)
     batch_size=32,
-    learning_rate=3e-3,
-    min_lr=3e-4,
+    learning_rate=5e-3,
+    min_lr=5e-4,
     warmup_steps=50,
     weight_decay=0.0,
     beta2=0.99,
