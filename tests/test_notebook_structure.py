@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 from gpt_lesson import checks
 
@@ -281,6 +281,8 @@ def test_solutions_pass_their_checks(path):
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     try:
         client.execute()
+    except CellTimeoutError as e:
+        pytest.fail(f"{path.name}: a cell took longer than 600 s (a lesson should run in 30 s):\n{str(e)[:800]}")
     except CellExecutionError as e:
         pytest.fail(f"{path.name}: a solution does not pass its check:\n{str(e)[-1500:]}")
 
