@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from .attention import attention_scores, causal_mask, merge_heads, naive_attention, split_heads
 from .model import CausalSelfAttention, FeedForward
+from .distributed import check_allreduce_bytes, check_effective_batch, check_grad_accum_steps  # noqa: E402,F401
 
 __all__ = [
     "CheckResult",
@@ -40,6 +41,10 @@ __all__ = [
     "check_block",
     "check_embeddings",
     "check_tokenizer",
+    # Lesson 12's checks live next to the arithmetic they check, in gpt_lesson.distributed.
+    "check_effective_batch",
+    "check_grad_accum_steps",
+    "check_allreduce_bytes",
 ]
 
 # Diagnoses: the short labels a failed check puts in ``CheckResult.diagnosis``.
