@@ -32,6 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT_NAME = "shakespeare_char.pt"  # in gpt_lesson.data.cache_dir(), written by gpt_lesson.shakespeare
 DPI = 110
 ATTENTION_TEXT = "First Citizen:\nBefore we proceed"  # the first line of Tiny Shakespeare
+SAMPLE_TEXT = "First Citizen:\nBefore we proceed any further, hear me speak."  # as in explorers.ipynb
 
 
 class FigureSkipped(Exception):
@@ -45,6 +46,22 @@ class Context:
     train: bool = True
     benchmarks_dir: Path = REPO_ROOT / "benchmarks"
     _trained: tuple | None = field(default=None, repr=False)
+    _untrained: tuple | None = field(default=None, repr=False)
+
+    def untrained_model(self) -> tuple:
+        """(model, tokenizer): the untrained model of explorers.ipynb (seed 1337, 2 layers of 4 heads)."""
+        if self._untrained is None:
+            from .data import CharTokenizer, load_tiny_shakespeare
+            from .model import GPT
+
+            try:
+                tokenizer = CharTokenizer(load_tiny_shakespeare())
+            except FileNotFoundError as e:
+                raise FigureSkipped(f"Tiny Shakespeare is not available ({e})") from None
+            torch.manual_seed(1337)
+            model = GPT(tokenizer.vocab_size, n_embd=64, n_head=4, n_layer=2, block_size=64)
+            self._untrained = (model.eval(), tokenizer)
+        return self._untrained
 
     def checkpoint_path(self) -> Path:
         from .data import cache_dir
@@ -90,6 +107,8 @@ class FigureSpec:
     draw: Callable[[Context], Figure]
     needs_training: bool = False
     about: str = ""
+    dpi: int = DPI
+    tight: bool = True  # crop to the drawn area (the explorer views keep their own canvas)
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,6 +157,15 @@ def _trained_attention(**kwargs) -> Callable[[Context], Figure]:
     return draw
 
 
+def _untrained_attention(**kwargs) -> Callable[[Context], Figure]:
+    def draw(ctx: Context) -> Figure:
+        from .widgets import draw_attention_view
+
+        model, tokenizer = ctx.untrained_model()
+        return draw_attention_view(model, tokenizer, SAMPLE_TEXT, **kwargs)
+    return draw
+
+
 def _training_curves(ctx: Context) -> Figure:
     from .viz import plot_loss_curves
 
@@ -153,11 +181,20 @@ def _training_curves(ctx: Context) -> Figure:
 
 FIGURES: list[FigureSpec] = [
     FigureSpec("attention_steps.png", _attention_steps, about="scores, mask and softmax of one head on six tokens"),
-    FigureSpec("mask_causal.png", _widget_view("draw_mask_view", T=8, mask="causal"), about="the tril mask and its effect"),
+    # The explorers' static views, with the settings of notebooks/explorers.ipynb:
+    FigureSpec("explorer_attention.png", _untrained_attention(layer=0, head=0, stage="weights", query=20),
+               about="attention explorer: one head, query 20 (untrained model)", dpi=100, tight=False),
+    FigureSpec("explorer_attention_all_heads.png", _untrained_attention(layer=0, head="all", stage="masked"),
+               about="attention explorer: all heads, masked scores (untrained model)", dpi=100, tight=False),
+    FigureSpec("explorer_mask.png", _widget_view("draw_mask_view", T=8, mask="causal"),
+               about="mask explorer: the causal mask", dpi=100, tight=False),
+    FigureSpec("explorer_mask_nan.png", _widget_view("draw_mask_view", T=8, mask="causal+padding", n_real=0),
+               about="mask explorer: fully masked rows give NaN", dpi=100, tight=False),
+    FigureSpec("explorer_scaling.png", _widget_view("draw_scaling_view", d_k=512, scaling="none"),
+               about="scaling explorer: unscaled q.k at d_k=512", dpi=100, tight=False),
     FigureSpec("mask_none_leak.png", _widget_view("draw_mask_view", T=8, mask="none"), about="no mask: the future leaks"),
-    FigureSpec("mask_causal_padding.png", _widget_view("draw_mask_view", T=8, mask="causal+padding"), about="causal plus padding mask"),
-    FigureSpec("scaling_sqrt.png", _widget_view("draw_scaling_view", d_k=64, scaling="sqrt"), about="scores scaled by 1/sqrt(d_k)"),
-    FigureSpec("scaling_none.png", _widget_view("draw_scaling_view", d_k=64, scaling="none"), about="unscaled scores saturate the softmax"),
+    FigureSpec("scaling_sqrt.png", _widget_view("draw_scaling_view", d_k=512, scaling="sqrt"), about="the same d_k scaled by 1/sqrt(d_k)"),
+    # The trained Shakespeare model (cached checkpoint, or trained first unless --no-train):
     FigureSpec("attention_trained_head.png", _trained_attention(layer=0, head=0, stage="weights"), True, "layer 0, head 0 of the trained model"),
     FigureSpec("attention_trained_heads.png", _trained_attention(layer=-1, head="all", stage="weights"), True, "every head of the last layer"),
     FigureSpec("training_curves.png", _training_curves, True, "train/val loss of the Shakespeare run"),
@@ -277,7 +314,7 @@ def write_figures(out_dir: str | os.PathLike, specs: list[FigureSpec], ctx: Cont
         if not isinstance(fig, Figure):
             raise TypeError(f"the function for {spec.filename} returned {type(fig).__name__}, not a matplotlib Figure")
         path = out / spec.filename
-        fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+        fig.savefig(path, dpi=spec.dpi, bbox_inches="tight" if spec.tight else None, metadata={"Software": None})
         plt.close(fig)
         done[spec.filename] = path
         log(f"wrote {path} ({path.stat().st_size / 1024:.0f} KB, {time.perf_counter() - start:.1f} s)")

@@ -69,10 +69,11 @@ def _cached_model_loads() -> bool:
 
 
 @pytest.fixture(scope="module")
-def drawn(tmp_path_factory):
+def drawn(tmp_path_factory, shakespeare_path):
     """Run the command once into a temp folder, with the real checkpoint if cached, else the stub."""
     out = tmp_path_factory.mktemp("figures")
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPT_LESSON_DATA", str(shakespeare_path))  # the explorer views' tokenizer; never download
         if not _cached_model_loads():
             cache = tmp_path_factory.mktemp("cache")
             mp.setenv("GPT_LESSON_CACHE", str(cache))
@@ -85,7 +86,14 @@ def test_registry_names_are_unique_pngs():
     names = [s.filename for s in FIGURES]
     assert len(names) == len(set(names))
     assert all(n.endswith(".png") and "/" not in n for n in names)
-    assert {"attention_steps.png", "mask_causal.png", "scaling_sqrt.png", "training_curves.png"} <= set(names)
+    assert {"attention_steps.png", "explorer_mask.png", "scaling_sqrt.png", "training_curves.png"} <= set(names)
+
+
+def test_every_figure_in_the_repository_is_regenerated_by_the_command():
+    """A PNG in figures/ that no registry entry draws would go stale: register it in gpt_lesson/figures.py."""
+    present = {p.name for p in (figures.REPO_ROOT / "figures").glob("*.png")}
+    drawn_by_command = {s.filename for s in figures.all_figures(Context(train=False))}
+    assert present - drawn_by_command == set()
 
 
 def test_every_registered_figure_is_a_valid_png(drawn):
@@ -95,14 +103,14 @@ def test_every_registered_figure_is_a_valid_png(drawn):
 
 def test_no_train_without_checkpoint_skips_only_the_training_figures(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GPT_LESSON_CACHE", str(tmp_path / "empty-cache"))
-    specs = [s for s in FIGURES if s.needs_training] + [s for s in FIGURES if s.filename == "mask_causal.png"]
+    specs = [s for s in FIGURES if s.needs_training] + [s for s in FIGURES if s.filename == "explorer_mask.png"]
     done = write_figures(tmp_path / "out", specs, Context(train=False))
     printed = capsys.readouterr().out
     for name in TRAINING:
         assert isinstance(done[name], str) and not (tmp_path / "out" / name).exists()
         assert f"skipped {name}: " in printed
-    assert done["mask_causal.png"] == tmp_path / "out" / "mask_causal.png"
-    assert f"wrote {tmp_path / 'out' / 'mask_causal.png'}" in printed
+    assert done["explorer_mask.png"] == tmp_path / "out" / "explorer_mask.png"
+    assert f"wrote {tmp_path / 'out' / 'explorer_mask.png'}" in printed
 
 
 def _benchmarks(tmp_path: Path, name: str, results: object, script: str | None = None) -> Path:
