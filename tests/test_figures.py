@@ -50,9 +50,17 @@ def _stub_trained_model(cache: Path, monkeypatch) -> None:
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, n_embd=16, n_head=2, n_layer=2, block_size=64, dropout=0.0))
     train(model, data[:1200], data[1200:], TrainConfig(max_steps=6, batch_size=4, eval_interval=3, eval_iters=2,
                                                        progress=False, checkpoint_path=str(cache / CHECKPOINT_NAME)))
-    stub = types.ModuleType("gpt_lesson.shakespeare")
-    stub.load_trained_model = lambda train_if_missing=True: (load_checkpoint(cache / CHECKPOINT_NAME)[0], tok)
-    monkeypatch.setitem(sys.modules, "gpt_lesson.shakespeare", stub)
+    _replace_loader(monkeypatch, lambda train_if_missing=True: (load_checkpoint(cache / CHECKPOINT_NAME)[0], tok))
+
+
+def _replace_loader(monkeypatch, load_trained_model) -> None:
+    """Stub gpt_lesson.shakespeare.load_trained_model (the rest of the module stays real when it exists)."""
+    try:
+        import gpt_lesson.shakespeare as module
+    except ImportError:
+        module = types.ModuleType("gpt_lesson.shakespeare")
+        monkeypatch.setitem(sys.modules, "gpt_lesson.shakespeare", module)
+    monkeypatch.setattr(module, "load_trained_model", load_trained_model, raising=False)
 
 
 def _cached_model_loads() -> bool:
@@ -163,9 +171,7 @@ def test_stale_checkpoint_with_no_train_is_skipped(tmp_path, monkeypatch):
 
     monkeypatch.setenv("GPT_LESSON_CACHE", str(tmp_path))
     (tmp_path / CHECKPOINT_NAME).write_bytes(b"old")
-    stub = types.ModuleType("gpt_lesson.shakespeare")
-    stub.load_trained_model = stale
-    monkeypatch.setitem(sys.modules, "gpt_lesson.shakespeare", stub)
+    _replace_loader(monkeypatch, stale)
     done = write_figures(tmp_path / "out", [s for s in FIGURES if s.needs_training], Context(train=False),
                          log=lambda _: None)
     assert done == {name: "no checkpoint made with the current settings at X" for name in TRAINING}
