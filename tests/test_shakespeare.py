@@ -125,3 +125,16 @@ def test_module_exports_what_the_other_lessons_use():
     for name in ("SHAKESPEARE_CONFIG", "TRAIN_CONFIG", "CHECKPOINT_NAME", "load_data", "train_model",
                  "load_trained_model"):
         assert name in shakespeare.__all__
+
+
+def test_generated_ids_are_normal_tensors_usable_for_training():
+    # generate() runs under torch.inference_mode for speed; what it returns must still feed autograd.
+    from gpt_lesson.generate import generate
+
+    torch.manual_seed(0)
+    model = GPT(TINY)
+    out = generate(model, torch.zeros(2, 1, dtype=torch.long), 12, use_cache=True)
+    assert not out.is_inference()
+    _, loss = model(out[:, :-1].contiguous(), out[:, 1:].contiguous())
+    loss.backward()  # would raise "Inference tensors cannot be saved for backward" otherwise
+    assert model.token_embedding_table.weight.grad is not None
