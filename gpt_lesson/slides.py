@@ -182,12 +182,17 @@ def find_notebooks(notebooks_dir: str | os.PathLike) -> list[Path]:
 
 
 def write_student_copies(notebooks: list[Path], out_dir: str | os.PathLike) -> list[tuple[Path, int]]:
-    """Write each notebook without its solution blocks to ``out_dir``; returns (path, blocks removed)."""
+    """Write each notebook without its solution blocks and speaker notes to ``out_dir``.
+
+    Returns (path, solution blocks removed) per notebook.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path in notebooks:
         stripped, n = strip_solutions(nbformat.read(path, as_version=4))
+        # Speaker notes often give away the answers too: hand-outs leave them out.
+        stripped["cells"] = [c for c in stripped["cells"] if _slide_type(c) != "notes"]
         dest = out / path.name
         if dest.resolve() == path.resolve():
             raise ValueError(f"student copy {dest} would overwrite the teacher's notebook {path}")

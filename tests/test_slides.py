@@ -128,6 +128,11 @@ def test_write_student_copies(tmp_path):
     assert written == [(tmp_path / "student" / "99_tiny.ipynb", 1)]
     copy = nbformat.read(written[0][0], as_version=4)
     assert all("answer = 41" not in c.source for c in copy.cells)
+    teacher = nbformat.read(src, as_version=4)
+    notes = [c for c in teacher.cells if c.metadata.get("slideshow", {}).get("slide_type") == "notes"]
+    assert notes, "the test notebook should have a speaker note"
+    assert len(copy.cells) == len(teacher.cells) - len(notes)  # speaker notes are left out of hand-outs
+    assert all(c.metadata.get("slideshow", {}).get("slide_type") != "notes" for c in copy.cells)
     with pytest.raises(ValueError, match="would overwrite"):
         write_student_copies([src], src.parent)
 
