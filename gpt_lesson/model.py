@@ -351,7 +351,7 @@ class GPT(nn.Module):
             check_token_ids(targets, c.vocab_size)
             if targets.shape != idx.shape:
                 raise ValueError(f"targets shape {tuple(targets.shape)} must equal idx shape {tuple(idx.shape)}")
-            loss = F.cross_entropy(logits.view(B * T, c.vocab_size), targets.view(B * T))
+            loss = F.cross_entropy(logits.view(B * T, c.vocab_size), targets.reshape(B * T))  # reshape: targets may be a non-contiguous slice
         return logits, loss
 
     @torch.no_grad()

@@ -235,3 +235,13 @@ def test_feed_forward_structure():
     kinds = [type(m) for m in ff.net]
     assert kinds == [nn.Linear, nn.GELU, nn.Linear, nn.Dropout]
     assert ff.net[0].out_features == 64 and ff.net[2].out_features == 16
+
+
+def test_loss_accepts_non_contiguous_targets(seed_model):
+    seed_model.eval()
+    data = torch.randint(0, 1000, (33, 2))
+    idx, targets = data[:32].T, data[1:].T  # transposed slices: not contiguous
+    assert not targets.is_contiguous()
+    _, loss = seed_model(idx, targets)
+    _, expected = seed_model(idx, targets.contiguous())
+    assert torch.equal(loss, expected)
