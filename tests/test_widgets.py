@@ -16,7 +16,7 @@ from gpt_lesson.attention import apply_mask, attention_scores, attention_weights
 from gpt_lesson.experiments import qk_variance, softmax_stats
 from gpt_lesson.widgets import (AttentionExplorer, MaskExplorer, ScalingExplorer, draw_attention_view,
                                 draw_mask_view, draw_scaling_view)
-from gpt_lesson.widgets._common import Painter, check_choice, new_figure
+from gpt_lesson.widgets._common import Painter, check_choice, new_figure, one_thread
 from gpt_lesson.widgets.attention_explorer import AttentionData, attention_view_data
 from gpt_lesson.widgets.mask_explorer import mask_view_data
 from gpt_lesson.widgets.scaling_explorer import ScalingData, scaling_view_data
@@ -169,6 +169,23 @@ def test_attention_new_text_of_the_same_length_only_relabels(model, tok):
     ex.text.value = "not to be or"
     assert ex.painter.builds == builds and ex.model_runs == 2
     assert same_picture(ex.png, draw_attention_view(model, tok, "not to be or", query=3)) < 0.001
+
+
+def test_attention_typing_redraws_only_the_changed_tick_labels(model, tok):
+    text = "to be or not to "  # block_size=16 tokens: every one labelled on both axes
+    ex = AttentionExplorer(model, tok, text)
+    full_draws = []
+    draw = ex._fig.canvas.draw
+    ex._fig.canvas.draw = lambda: (full_draws.append(1), draw())
+    # "O" is wider than any other label on the y axis, so the axis label "query" moves left:
+    # only then is the whole figure drawn again; otherwise only the changed labels are.
+    for new, expected_full_draws in ((text[:-1] + "b", 0), ("T" + text[1:-1] + "b", 0),
+                                     (text[:5] + "OTB" + text[8:], 1), (text[:-1] + "n", 2)):
+        ex.text.value = new
+        assert len(full_draws) == expected_full_draws, new
+        fresh = AttentionExplorer(model, tok, new)  # drawn from scratch
+        assert np.array_equal(pixels(ex.png), pixels(fresh.png)), new
+        assert same_picture(ex.png, draw_attention_view(model, tok, new)) < 0.001
 
 
 def test_attention_bad_text_shows_a_message_not_a_traceback(model, tok):
@@ -449,6 +466,15 @@ def test_each_control_changes_the_picture(model, tok):
         png = sx.png
         widget.value = value
         assert sx.png != png, widget.description
+
+
+def test_one_thread_restores_the_thread_count_even_after_an_error():
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with one_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
 
 
 def test_save_png(tmp_path):

@@ -9,23 +9,26 @@ as PNG bytes in an ``ipywidgets.Image`` (the same in ipywidgets 7 and 8).
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+import numpy as np
 import PIL.Image
 import torch
 from matplotlib.artist import Artist
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
-from matplotlib.transforms import offset_copy
+from matplotlib.transforms import Bbox, offset_copy
 
 __all__ = ["Explorer", "Painter", "check_choice", "check_index", "new_figure", "row_entropy",
-           "set_color_scale", "dynamic_title"]
+           "set_color_scale", "dynamic_title", "one_thread"]
 
 PNG_DPI = 80
 
@@ -90,6 +93,23 @@ def dynamic_title(ax, fontsize: float = 10) -> Text:
     return ax.text(0.5, 1.0, "", transform=shifted, ha="center", va="bottom", fontsize=fontsize)
 
 
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block, then restore the caller's thread count.
+
+    An explorer runs the model on one short sequence: the matrices are so small that
+    handing them to a second thread costs more than the work, and on a shared 2-core
+    machine the threads wait for each other (a 64-token forward pass of the benchmark's
+    model took about 200 ms on 2 threads and 1 ms on one).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def row_entropy(weights: torch.Tensor) -> torch.Tensor:
     """Entropy in nats of each row of a probability matrix (0 log 0 counts as 0)."""
     return -torch.special.xlogy(weights, weights).sum(-1)
@@ -112,10 +132,15 @@ class Painter:
         self._key: object = None
         self._fig: Figure | None = None
         self._background = None
+        self._bare = None  # the background with the texts of self.labels left out
+        self._drawn: list = []  # (text, box) of each label as the saved background shows it
         self.builds = 0
         # Artists that update() changes, in drawing order. render_png() draws everything
         # else once (the background: axes, tick labels...) and then only these.
         self.dynamic: list[Artist] = []
+        # Tick labels whose texts update() may change while their places stay (new text of the
+        # same length): they are laid out in the background but drawn on their own.
+        self.labels: list[Text] = []
 
     def layout_key(self, view: dict) -> object:
         """What the layout depends on; views with equal keys differ only in data."""
@@ -133,7 +158,7 @@ class Painter:
             new_figure(self.figsize, fig)
             self.dynamic = []
             self.build(fig, view)
-            self._fig, self._key, self._background = fig, key, None
+            self._fig, self._key, self._background, self._bare = fig, key, None, None
             self.builds += 1
         self.update(view)
         return fig
@@ -149,17 +174,34 @@ class Painter:
             raise ValueError("nothing painted yet: call paint() first")
         canvas = fig.canvas
         self.dynamic = [a for a in self.dynamic if a is not None]
-        if self._background is None:
+        changed = self._changed_labels(canvas.get_renderer()) if self._background is not None else {}
+        if self._bare is None:
             shown = [a.get_visible() for a in self.dynamic]
             for a in self.dynamic:
                 a.set_visible(False)
+            # Transparent, not hidden: the labels still take their room, so the axis labels
+            # beside them are placed as in a full draw.
+            alphas = [t.get_alpha() for t in self.labels]
+            for t in self.labels:
+                t.set_alpha(0.0)
             canvas.draw()
-            self._background = canvas.copy_from_bbox(fig.bbox)
+            self._bare = np.array(canvas.buffer_rgba())
+            for t, alpha in zip(self.labels, alphas):
+                t.set_alpha(alpha)
             for a, visible in zip(self.dynamic, shown):
                 a.set_visible(visible)
-        else:
-            canvas.restore_region(self._background)
+            self._background = None
         renderer = canvas.get_renderer()
+        pixels = np.asarray(canvas.buffer_rgba())
+        if self._background is None:
+            pixels[...] = self._bare
+            for t in self.labels:
+                t.draw(renderer)
+            self._background = pixels.copy()
+            self._drawn = [(t.get_text(), t.get_window_extent(renderer)) for t in self.labels]
+        else:
+            self._redraw_labels(changed, pixels, renderer)
+            pixels[...] = self._background
         for a in self.dynamic:
             a.draw(renderer)  # an invisible artist draws nothing
         width, height = canvas.get_width_height()
@@ -167,6 +209,54 @@ class Painter:
         buf = io.BytesIO()
         image.save(buf, format="png", compress_level=1)
         return buf.getvalue()
+
+    def label_room(self, drawn: list) -> object:
+        """What else in the picture depends on the labels' (text, box) pairs ``drawn``: when it
+        changes, the whole figure is drawn again. None: nothing."""
+        return None
+
+    def _changed_labels(self, renderer) -> dict:
+        """{index: new box} of the labels whose text differs from the saved background's.
+
+        Forgets the label-free background when the new labels change :meth:`label_room`.
+        """
+        changed = {i: t.get_window_extent(renderer) for i, (t, (text, _)) in enumerate(zip(self.labels, self._drawn))
+                   if t.get_text() != text}
+        if changed:
+            now = [(t.get_text(), changed.get(i, box)) for i, (t, (_, box)) in enumerate(zip(self.labels, self._drawn))]
+            if self.label_room(now) != self.label_room(self._drawn):
+                self._bare = None
+        return changed
+
+    def _redraw_labels(self, changed: dict, pixels: np.ndarray, renderer) -> None:
+        """Bring the saved background up to date with the labels ``changed`` (index: new box).
+
+        The labels overlap their neighbours, so the changed area is drawn again from the
+        label-free background with every label that reaches into it, in drawing order,
+        and only that area is copied into the saved background: the same pixels as
+        drawing all the labels again.
+        """
+        if not changed:
+            return
+        boxes = [box for _, box in self._drawn]
+        height, width = pixels.shape[:2]
+        areas = []  # (x0, x1, y0, y1) in whole pixels, y up
+        for i, new_box in changed.items():
+            area = Bbox.union([boxes[i], new_box]).padded(3)  # antialiasing reaches past a glyph's box
+            boxes[i] = new_box
+            self._drawn[i] = (self.labels[i].get_text(), new_box)
+            x0, x1 = max(int(math.floor(area.x0)), 0), min(int(math.ceil(area.x1)), width)
+            y0, y1 = max(int(math.floor(area.y0)), 0), min(int(math.ceil(area.y1)), height)
+            if x0 < x1 and y0 < y1:
+                areas.append((x0, x1, y0, y1))
+        pixels[...] = self._bare
+        for t, box in zip(self.labels, boxes):
+            if any(box.x1 + 3 >= x0 and box.x0 - 3 <= x1 and box.y1 + 3 >= y0 and box.y0 - 3 <= y1
+                   for x0, x1, y0, y1 in areas):
+                t.draw(renderer)
+        for x0, x1, y0, y1 in areas:
+            rows = slice(height - y1, height - y0)  # the pixel rows run from the top
+            self._background[rows, x0:x1] = pixels[rows, x0:x1]
 
     def draw(self, view: dict, fig: Figure | None = None) -> Figure:
         """Paint ``view`` into ``fig`` (cleared) or a new pyplot figure: the static fallback."""

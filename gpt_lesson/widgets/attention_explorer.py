@@ -15,11 +15,13 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import FixedFormatter
 
 from ..attention import apply_mask, attention_scores, attention_weights, causal_mask, weighted_sum
 from ..model import GPT
 from ..viz import plot_attention, token_labels
-from ._common import Explorer, Painter, check_choice, check_index, dynamic_title, row_entropy, set_color_scale
+from ._common import (Explorer, Painter, check_choice, check_index, dynamic_title, one_thread, row_entropy,
+                      set_color_scale)
 
 __all__ = ["STAGES", "AttentionData", "encode_text", "attention_view_data", "AttentionPainter",
            "draw_attention_view", "AttentionExplorer"]
@@ -85,7 +87,9 @@ class AttentionData:
         self.n_layer, self.n_head, self.head_size = cfg.n_layer, cfg.n_head, cfg.head_size
         device = next(model.parameters()).device
         idx = torch.tensor([self.ids], dtype=torch.long, device=device)
-        self.records = [{name: t.cpu() for name, t in rec.items()} for rec in model.attention_records(idx)]
+        with one_thread():
+            records = model.attention_records(idx)
+        self.records = [{name: t.cpu() for name, t in rec.items()} for rec in records]
         self.scale_arg = cfg.attn_scale  # None: attention_scores uses 1/sqrt(d_k), as the model does
         self.scale = cfg.head_size ** -0.5 if cfg.attn_scale is None else cfg.attn_scale
         self.mask = causal_mask(self.T) if getattr(cfg, "causal", True) else None
@@ -95,13 +99,17 @@ class AttentionData:
         """Raw, scaled and masked scores and the weights of every head of ``layer``, each (n_head, T, T)."""
         check_index("layer", layer, self.n_layer, "the model's layer list")
         if layer not in self._stages:
-            rec = self.records[layer]
-            raw = attention_scores(rec["q"], rec["k"], scale=1.0)  # (1, nh, T, T)
-            scaled = attention_scores(rec["q"], rec["k"], scale=self.scale_arg)
-            masked = apply_mask(scaled, self.mask) if self.mask is not None else scaled
-            weights = attention_weights(masked)
-            self._stages[layer] = {"raw": raw[0], "scaled": scaled[0], "masked": masked[0], "weights": weights[0]}
+            with one_thread():
+                self._stages[layer] = self._compute_stages(layer)
         return self._stages[layer]
+
+    def _compute_stages(self, layer: int) -> dict[str, torch.Tensor]:
+        rec = self.records[layer]
+        raw = attention_scores(rec["q"], rec["k"], scale=1.0)  # (1, nh, T, T)
+        scaled = attention_scores(rec["q"], rec["k"], scale=self.scale_arg)
+        masked = apply_mask(scaled, self.mask) if self.mask is not None else scaled
+        weights = attention_weights(masked)
+        return {"raw": raw[0], "scaled": scaled[0], "masked": masked[0], "weights": weights[0]}
 
 
 def _check_head(head: object, n_head: int) -> int | str:
@@ -225,6 +233,28 @@ class AttentionPainter(Painter):
         else:
             self._build_one(fig, view)
         self.dynamic += [self.cbar.ax, self.title, self.footer, self.notice]
+        self.labels = self._tick_labels()
+
+    def _tick_labels(self) -> list:
+        self._label_edges = []  # per label: the edge of its group's box that the axis label sits beyond
+        labels = []
+        for n, ax in enumerate(self.labelled):
+            for texts, edge in ((ax.get_xticklabels(), "y0"), (ax.get_yticklabels(), "x0")):
+                labels += texts
+                self._label_edges += [(n, edge)] * len(texts)
+        return labels
+
+    def label_room(self, drawn: list) -> object:
+        """Per axes, the lowest edge of its x tick labels and the leftmost edge of its y tick labels.
+
+        matplotlib puts the axis labels ("key" below, "query" on the left) just outside
+        these edges, so while they stay, new tick texts leave the rest of the picture as it is.
+        """
+        room: dict = {}
+        for (text, box), (n, edge) in zip(drawn, self._label_edges):
+            if text:
+                room[n, edge] = min(room.get((n, edge), math.inf), getattr(box, edge))
+        return room
 
     def _heatmap(self, ax, view: dict, tokens, **kwargs) -> tuple:
         """A placeholder heatmap laid out by viz.plot_attention; returns (image, shading or None)."""
@@ -357,13 +387,18 @@ class AttentionPainter(Painter):
             self._update_one(view, signed, shaded)
 
     def _relabel(self, tokens: list[str]) -> None:
-        """New text of the same length: new tick labels (as plot_attention sets them), then a full redraw."""
+        """New text of the same length: new tick labels (as plot_attention sets them) on the same ticks."""
         T, labels = len(tokens), token_labels(tokens)
         for ax in self.labelled:
-            ax.set_xticks(range(T), labels, fontsize=7 if T > 16 else 9)
-            ax.set_yticks(range(T), labels, fontsize=7 if T > 16 else 9)
+            for axis in (ax.xaxis, ax.yaxis):
+                # What set_xticks(range(T), labels) leaves behind, without remaking the ticks:
+                # the formatter for later full draws, and the texts of the tick labels drawn now.
+                axis.set_major_formatter(FixedFormatter(labels))
+                for tick, label in zip(axis.get_major_ticks(T), labels):
+                    tick.label1.set_text(label)
         self.tokens = tuple(tokens)
-        self._background = None  # the tick labels are part of the saved background
+        # render_png() redraws the labels whose text changed over the saved background, or
+        # everything when the new labels move the axis labels (see label_room).
 
     def _update_one(self, view: dict, signed: bool, shaded: bool) -> None:
         self.heat_title.set_text(_stage_title(view))
@@ -539,7 +574,9 @@ class AttentionExplorer(Explorer):
         else:
             query = None if self.head.value == "all" or self.query.value < 0 else self.query.value
             key = None if query is None or self.key.value < 0 else self.key.value
-            self.view = attention_view_data(self.data, self.layer.value, self.head.value, self.stage.value, query, key)
+            with one_thread():
+                self.view = attention_view_data(self.data, self.layer.value, self.head.value, self.stage.value,
+                                                query, key)
             notice = self.data.notice
             self.message.value = f"<b style='color:#b50'>{html.escape(notice)}</b>" if notice else ""
             self.readout.value = "<br>".join(html.escape(s) for s in _readout_text(self.view).split("\n"))

@@ -13,7 +13,7 @@ from matplotlib.patches import Patch, Rectangle
 from .._checks import check_positive_int
 from ..attention import apply_mask, attention_scores, attention_weights, causal_mask, padding_mask
 from ..viz import plot_attention, shade_masked
-from ._common import Explorer, Painter, check_choice, set_color_scale
+from ._common import Explorer, Painter, check_choice, one_thread, set_color_scale
 
 __all__ = ["MASKS", "MAX_T", "mask_matrix", "mask_view_data", "MaskPainter", "draw_mask_view", "MaskExplorer"]
 
@@ -137,11 +137,13 @@ class MaskPainter(Painter):
                                lim if signed else 1.0) and n:
                 self.cbars[n].update_normal(im)
                 self.cbars[n].set_label("score" if signed else "weight")
+        numbers = [data.tolist() for data in values]  # Python floats: indexing a tensor per cell is slow
+        shown = m.tolist()
         for n, cells in enumerate(self.cells):
             for i, row in enumerate(cells):
                 for j, txt in enumerate(row):
-                    v = float(values[n][i, j])
-                    hidden = m[i, j] == 0
+                    v = numbers[n][i][j]
+                    hidden = shown[i][j] == 0
                     if n == 0:
                         txt.set_text(str(int(v)))
                     elif n == 2:  # the visible scores are those of the panel before; show what changed
@@ -223,6 +225,7 @@ class MaskExplorer(Explorer):
 
     def _update(self) -> None:
         self.n_real.disabled = "padding" not in self.mask.value
-        self.view = mask_view_data(self.T.value, self.mask.value, self.n_real.value, self.seed)
+        with one_thread():  # tiny tensors: a second thread costs more than it saves
+            self.view = mask_view_data(self.T.value, self.mask.value, self.n_real.value, self.seed)
         self.readout.value = html.escape(_leak_text(self.view)) + "<br>" + html.escape(self.view["explanation"])
         self.redraw()

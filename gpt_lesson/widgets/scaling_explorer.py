@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from .._checks import check_positive_int
 from ..experiments import SCALINGS, qk_variance, scale_factor, softmax_stats
-from ._common import Explorer, Painter, check_choice, dynamic_title
+from ._common import Explorer, Painter, check_choice, dynamic_title, one_thread
 
 __all__ = ["SCALINGS", "D_K_GRID", "ScalingData", "scaling_view_data", "ScalingPainter", "draw_scaling_view",
            "ScalingExplorer"]
@@ -238,6 +238,7 @@ class ScalingExplorer(Explorer):
 
     def _update(self) -> None:
         self.temperature.disabled = self.scaling.value != "temperature"
-        self.view = self.data.view(self.d_k.value, self.scaling.value, self.temperature.value)
+        with one_thread():
+            self.view = self.data.view(self.d_k.value, self.scaling.value, self.temperature.value)
         self.readout.value = html.escape(_readout_text(self.view))
         self.redraw()
