@@ -5,7 +5,6 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -15,7 +14,6 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 FIGURES = ROOT / "figures"
-sys.path.insert(0, str(ROOT))  # run from a clone without installing the package
 
 
 def parser(description: str) -> argparse.ArgumentParser:

@@ -14,7 +14,7 @@ import torch
 
 from _common import best_seconds, machine, markdown_table, parser, save, setup
 
-from gpt_lesson.generate import generate
+from gpt_lesson.sampling import generate
 from gpt_lesson.model import GPT, GPTConfig
 
 CONFIG = GPTConfig(vocab_size=65, n_embd=128, n_head=4, n_layer=4, block_size=1024, dropout=0.0, attn_impl="sdpa")

@@ -1,7 +1,7 @@
 """Milliseconds per training step of the lesson-09 model, naive vs SDPA attention, and the share of
 the machine's float32 matmul peak that a step achieves.
 
-A step is what ``gpt_lesson.train.train`` does per step: draw a batch, forward, backward, clip the
+A step is what ``gpt_lesson.training.train`` does per step: draw a batch, forward, backward, clip the
 gradient norm, AdamW update. FLOPs per step follow nanoGPT's estimate (``estimate_mfu``):
 ``6 x N x tokens`` for the weight matmuls (forward 2, backward 4 per weight and token), with N the
 parameters excluding the two embedding tables (look-ups, not matmuls), plus ``12 x n_layer x n_embd

@@ -9,12 +9,10 @@ embedding size (``n_embd``), ``nh`` number of heads, ``hs`` head size
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_positive_int, check_tensor
+from .validation import check_positive_int, check_scale, check_tensor
 
 __all__ = [
     "attention_scores",
@@ -43,12 +41,9 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float | None = Non
             f"q has last dimension {q.size(-1)} but k has {k.size(-1)}; "
             "queries and keys must have the same size d_k"
         )
+    scale = check_scale("scale", scale)
     if scale is None:
         scale = q.size(-1) ** -0.5
-    elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
-        raise TypeError(f"scale={scale!r} must be a number or None (None means 1/sqrt(d_k))")
-    elif not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale={scale!r} must be a finite positive number")
     return (q @ k.transpose(-2, -1)) * scale  # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
 
 

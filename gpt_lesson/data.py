@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ._checks import check_positive_int, check_tensor
+from .validation import check_positive_int, check_tensor
 
 __all__ = [
     "CharTokenizer",

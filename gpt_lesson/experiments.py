@@ -10,11 +10,11 @@ import math
 
 import torch
 
-from ._checks import check_positive_int, check_token_ids
+from .validation import check_positive_int, check_token_ids
 from .attention import apply_mask, attention_scores, attention_weights, padding_mask, weighted_sum
 from .data import CharTokenizer
 from .model import GPT, GPTConfig
-from .train import History, TrainConfig, train
+from .training import History, TrainConfig, train
 
 __all__ = [
     "scale_factor",

@@ -27,7 +27,7 @@ import torch
 
 from .data import CharTokenizer, cache_dir, load_tiny_shakespeare, train_val_split
 from .model import GPT, GPTConfig
-from .train import History, TrainConfig, evaluate_split, load_checkpoint, save_checkpoint, set_seed, train
+from .training import History, TrainConfig, evaluate_split, load_checkpoint, save_checkpoint, set_seed, train
 
 __all__ = [
     "SHAKESPEARE_CONFIG",

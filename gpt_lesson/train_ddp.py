@@ -7,7 +7,7 @@ without torchrun (``python -m gpt_lesson.train_ddp ...``) trains in one process 
 same global batch, so the two runs can be compared step for step. Several machines:
 ``torchrun --nnodes N --nproc_per_node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT``.
 
-Every rank runs :func:`gpt_lesson.train.train`, the course's one training loop. Rank 0
+Every rank runs :func:`gpt_lesson.training.train`, the course's one training loop. Rank 0
 prints, writes the checkpoint (atomically) and the history JSON. ``--fail-at-step K``
 makes rank ``--fail-rank`` raise after step K, to see what a crashed rank does to a run:
 torchrun stops the others, exits non-zero and names the failed rank, and no checkpoint
@@ -30,7 +30,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from . import distributed
 from .data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from .model import GPT
-from .train import History, TrainConfig, train
+from .training import History, TrainConfig, train
 
 __all__ = ["InjectedFailure", "build_parser", "run", "main", "median_step_seconds"]
 
@@ -110,7 +110,7 @@ def _write_json_atomically(path: str, payload: dict) -> None:
 
 
 def run(args: argparse.Namespace, ctx: distributed.DistContext) -> History:
-    """Build the data and model, train with :func:`gpt_lesson.train.train`, report on rank 0."""
+    """Build the data and model, train with :func:`gpt_lesson.training.train`, report on rank 0."""
     if args.fail_at_step is not None and not 0 <= args.fail_rank < ctx.world_size:
         raise ValueError(f"--fail-rank={args.fail_rank} is not a rank of this run (world size {ctx.world_size})")
     if args.micro_batch_size is not None:

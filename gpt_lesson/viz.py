@@ -103,7 +103,7 @@ def plot_attention(
 def plot_loss_curves(history, ax: plt.Axes | None = None, title: str = "Training and validation loss") -> plt.Axes:
     """Per-step training loss (faint) and the periodic train/val estimates (lines with markers).
 
-    ``history`` is a :class:`gpt_lesson.train.History` or its ``to_dict()``.
+    ``history`` is a :class:`gpt_lesson.training.History` or its ``to_dict()``.
     """
     h = history if isinstance(history, dict) else history.to_dict()
     if ax is None:

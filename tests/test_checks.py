@@ -521,3 +521,44 @@ def test_every_diagnosis_has_a_test():
 def test_unknown_bug_gets_wrong_values_with_the_largest_difference():
     result = checks.check_softmax_weights(lambda s: F.softmax(s, dim=-1) + 0.01)
     assert result.diagnosis == checks.WRONG_VALUES and "largest difference is 0.01" in result.message
+
+
+# --- lesson 12: the arithmetic of data parallelism ---------------------------------------
+
+def _ddp_not_done(*args):
+    raise NotImplementedError
+
+
+DDP_CHECKS = [
+    (checks.check_effective_batch, lambda m, a, w: m * a * w, [
+        (lambda m, a, w: m * a, "you counted one rank's rows"),
+        (lambda m, a, w: m * w, "you left out gradient accumulation"),
+        (lambda m, a, w: m, "that is one micro-batch"),
+    ]),
+    (checks.check_grad_accum_steps, lambda b, m, w: b // (m * w), [
+        (lambda b, m, w: b // m, "you ignored the other ranks"),
+        (lambda b, m, w: b // w, "that is the rows per rank"),
+    ]),
+    (checks.check_allreduce_bytes, lambda model: 4 * sum(p.numel() for p in model.parameters()), [
+        (lambda model: sum(p.numel() for p in model.parameters()), "number of values, not bytes"),
+        (lambda model: 4 * sum(t.numel() for t in model.state_dict().values()), "tril buffers"),
+        (lambda model: 8 * sum(p.numel() for p in model.parameters()), "8 bytes is float64"),
+        (lambda model: 32 * sum(p.numel() for p in model.parameters()), "32 is the bits"),
+    ]),
+]
+
+
+@pytest.mark.parametrize("check, solution, bugs", DDP_CHECKS, ids=lambda v: getattr(v, "__name__", ""))
+def test_lesson12_self_checks(check, solution, bugs, capsys):
+    ok = check(solution)
+    assert ok and ok.passed and ok.attempted and "passed" in capsys.readouterr().out
+    for stub in (_ddp_not_done, lambda *args: None):
+        res = check(stub)
+        assert not res and not res.attempted and "not attempted yet" in capsys.readouterr().out
+    for bug, diagnosis in bugs:
+        res = check(bug)
+        assert not res and res.attempted and diagnosis in res.diagnosis and diagnosis in capsys.readouterr().out
+    res = check(lambda *args: 1 / 0)
+    assert not res and res.attempted and "ZeroDivisionError" in res.message
+    res = check(lambda *args: 7)
+    assert not res and res.diagnosis == "wrong value"

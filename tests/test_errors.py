@@ -5,7 +5,7 @@ import torch
 from gpt_lesson import GPT, GPTConfig
 from gpt_lesson import attention as A
 from gpt_lesson.data import CharTokenizer, get_batch, train_val_split
-from gpt_lesson.generate import generate, next_token_probs
+from gpt_lesson.sampling import generate, next_token_probs
 from gpt_lesson.model import Block, CausalSelfAttention, FeedForward, KVCache
 
 
@@ -68,7 +68,7 @@ def test_sequence_longer_than_block_size(tiny):
 def test_token_ids_out_of_range(tiny, bad_id):
     idx = torch.zeros(1, 4, dtype=torch.long)
     idx[0, 2] = bad_id
-    with pytest.raises(ValueError, match=rf"token id {bad_id} is out of range: ids must be in \[0, vocab_size=10\)"):
+    with pytest.raises(ValueError, match=rf"idx holds token id {bad_id}, out of range: ids must be in \[0, vocab_size=10\)"):
         tiny(idx)
 
 
@@ -98,7 +98,7 @@ def test_targets_wrong_shape_or_range(tiny):
     idx = torch.zeros(2, 4, dtype=torch.long)
     with pytest.raises(ValueError, match=r"targets shape \(2, 3\) must equal idx shape \(2, 4\)"):
         tiny(idx, torch.zeros(2, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match="token id 10 is out of range"):
+    with pytest.raises(ValueError, match="targets holds token id 10, out of range"):
         tiny(idx, torch.full((2, 4), 10))
 
 
@@ -130,7 +130,7 @@ def test_attention_function_errors():
         A.attention_scores(q, torch.randn(2, 5, 3))
     with pytest.raises(TypeError, match="q must be a torch.Tensor, got list"):
         A.attention_scores([[1.0]], q)
-    with pytest.raises(ValueError, match="scale=0 must be a finite positive number"):
+    with pytest.raises(ValueError, match="scale=0 must be > 0"):
         A.attention_scores(q, q, scale=0)
     with pytest.raises(TypeError, match="scale='sqrt' must be a number or None"):
         A.attention_scores(q, q, scale="sqrt")
@@ -190,5 +190,5 @@ def test_generation_errors(tiny):
         generate(tiny, idx, -2)
     with pytest.raises(TypeError, match="max_new_tokens='5' must be an integer"):
         generate(tiny, idx, "5")
-    with pytest.raises(ValueError, match="token id 12 is out of range"):
+    with pytest.raises(ValueError, match="idx holds token id 12, out of range"):
         generate(tiny, torch.tensor([[12]]), 3)

@@ -1,4 +1,4 @@
-"""``python -m gpt_lesson.figures``: every registered figure is written as a valid, non-blank PNG.
+"""``python -m tools.figures``: every registered figure is written as a valid, non-blank PNG.
 
 Figures of the trained Shakespeare model: when its checkpoint is cached they are drawn from it;
 otherwise this test STUBS the trained model with a tiny GPT trained for a few steps on a
@@ -18,10 +18,11 @@ import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
 import pytest
 
-from gpt_lesson import figures
+from tools import figures
 from gpt_lesson.data import CharTokenizer, cache_dir
-from gpt_lesson.figures import (
-    CHECKPOINT_NAME, FIGURES, Context, FigureSkipped, FigureSpec, plot_benchmark, write_figures,
+from gpt_lesson.shakespeare import CHECKPOINT_NAME
+from tools.figures import (
+    FIGURES, Context, FigureSkipped, FigureSpec, plot_benchmark, write_figures,
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -42,7 +43,7 @@ def assert_valid_png(path: Path) -> None:
 def _stub_trained_model(cache: Path, monkeypatch) -> None:
     """A tiny GPT trained for 6 steps, saved as the cached checkpoint, served by a stub loader."""
     from gpt_lesson import GPT, GPTConfig, TrainConfig, train
-    from gpt_lesson.train import load_checkpoint
+    from gpt_lesson.training import load_checkpoint
 
     text = (figures.ATTENTION_TEXT + "\nROMEO:\nBut soft, what light through yonder window breaks?\n") * 20
     tok = CharTokenizer(text)

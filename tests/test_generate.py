@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from gpt_lesson import GPT
-from gpt_lesson.generate import generate, next_token_probs, sample_next
+from gpt_lesson.sampling import generate, next_token_probs, sample_next
 
 
 @pytest.fixture
@@ -63,8 +63,3 @@ def test_temperature_sharpens_and_flattens():
     logits = torch.tensor([[2.0, 1.0, 0.0]])
     cold, warm, hot = (next_token_probs(logits, t)[0, 0].item() for t in (0.5, 1.0, 2.0))
     assert cold > warm > hot > 1 / 3
-
-
-def test_model_generate_method_delegates(model):
-    idx = torch.zeros(1, 2, dtype=torch.long)
-    assert torch.equal(model.generate(idx, 5, temperature=0), generate(model, idx, 5, temperature=0))

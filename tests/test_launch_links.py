@@ -9,10 +9,14 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 import types
 from pathlib import Path
 from urllib.parse import unquote
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 import nbformat
 import pytest

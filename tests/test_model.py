@@ -188,9 +188,9 @@ def test_capture_option_stores_records_on_every_forward():
 
 
 def test_dropout_option_and_default():
-    assert GPT(**SEED_CONFIG).blocks[0].sa.attn_dropout.p == 0.1  # the source's rate
+    assert GPT(**SEED_CONFIG).blocks[0].sa.dropout.p == 0.1  # the source's rate
     m = GPT(**SEED_CONFIG, dropout=0.0)
-    assert m.blocks[0].ffwd.net[3].p == 0.0 and m.blocks[0].sa.attn_dropout.p == 0.0
+    assert m.blocks[0].ffwd.net[3].p == 0.0 and m.blocks[0].sa.dropout.p == 0.0
     torch.manual_seed(0)
     m = GPT(50, 32, 2, 1, 16, dropout=0.5)
     idx = torch.randint(0, 50, (2, 16))

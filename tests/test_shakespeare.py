@@ -24,7 +24,7 @@ from gpt_lesson.shakespeare import (
     load_trained_model,
     train_model,
 )
-from gpt_lesson.train import TrainConfig, evaluate_split, load_checkpoint
+from gpt_lesson.training import TrainConfig, evaluate_split, load_checkpoint
 
 TINY = GPTConfig(vocab_size=65, n_embd=16, n_head=2, n_layer=1, block_size=16, dropout=0.0, attn_impl="sdpa")
 TINY_TRAIN = TrainConfig(max_steps=4, batch_size=4, learning_rate=1e-2, min_lr=1e-3, warmup_steps=1,
@@ -129,7 +129,7 @@ def test_module_exports_what_the_other_lessons_use():
 
 def test_generated_ids_are_normal_tensors_usable_for_training():
     # generate() runs under torch.inference_mode for speed; what it returns must still feed autograd.
-    from gpt_lesson.generate import generate
+    from gpt_lesson.sampling import generate
 
     torch.manual_seed(0)
     model = GPT(TINY)

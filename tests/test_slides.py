@@ -17,8 +17,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from gpt_lesson import slides
-from gpt_lesson.slides import (
+from tools import slides
+from tools.slides import (
     VendorError, build_decks, count_slides, fetch_vendor, find_notebooks, remote_references,
     strip_solutions, write_student_copies,
 )
@@ -416,10 +416,10 @@ def test_lesson_deck_offline(built, browser_context, name):
 
 
 def test_commands_in_the_teachers_guide_parse():
-    """Every `python -m gpt_lesson.slides/figures ...` written in docs/teaching.md is a valid command line."""
+    """Every `python -m tools.slides/figures ...` written in docs/teaching.md is a valid command line."""
     import shlex
 
-    from gpt_lesson import figures
+    from tools import figures
 
     guide = (REPO / "docs" / "teaching.md").read_text(encoding="utf-8")
     commands = re.findall(r"`python -m gpt_lesson\.(slides|figures)([^`]*)`", guide)

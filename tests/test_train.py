@@ -9,7 +9,7 @@ import torch
 
 from gpt_lesson.data import get_batch
 from gpt_lesson.model import GPT
-from gpt_lesson.train import (
+from gpt_lesson.training import (
     History,
     TrainConfig,
     estimate_loss,

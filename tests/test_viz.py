@@ -5,7 +5,7 @@ import torch
 from matplotlib.collections import PatchCollection
 
 from gpt_lesson import attention as A
-from gpt_lesson.train import History
+from gpt_lesson.training import History
 from gpt_lesson.viz import plot_attention, plot_loss_curves, token_labels
 
 

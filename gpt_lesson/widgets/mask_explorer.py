@@ -10,7 +10,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from .._checks import check_positive_int
+from ..validation import check_positive_int
 from ..attention import apply_mask, attention_scores, attention_weights, causal_mask, padding_mask
 from ..viz import plot_attention, shade_masked
 from ._common import Explorer, Painter, check_choice, one_thread, set_color_scale

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from .._checks import check_positive_int
+from ..validation import check_positive_int
 from ..experiments import SCALINGS, qk_variance, scale_factor, softmax_stats
 from ._common import Explorer, Painter, check_choice, dynamic_title, one_thread
 

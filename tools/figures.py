@@ -1,4 +1,4 @@
-"""Regenerate every figure in ``figures/`` from the code: ``python -m gpt_lesson.figures [--out figures/]``.
+"""Regenerate every figure in ``figures/`` from the code: ``python -m tools.figures [--out figures/]``.
 
 Each figure is one entry of :data:`FIGURES` (file name, drawing function, what it needs), so
 adding a figure is one line. Figures of the trained Shakespeare model (attention heads,
@@ -26,10 +26,9 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 __all__ = ["FigureSpec", "FigureSkipped", "Context", "FIGURES", "benchmark_figures", "all_figures",
-           "plot_benchmark", "write_figures", "CHECKPOINT_NAME"]
+           "plot_benchmark", "write_figures"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINT_NAME = "shakespeare_char.pt"  # in gpt_lesson.data.cache_dir(), written by gpt_lesson.shakespeare
 DPI = 110
 ATTENTION_TEXT = "First Citizen:\nBefore we proceed"  # the first line of Tiny Shakespeare
 SAMPLE_TEXT = "First Citizen:\nBefore we proceed any further, hear me speak."  # as in explorers.ipynb
@@ -51,8 +50,8 @@ class Context:
     def untrained_model(self) -> tuple:
         """(model, tokenizer): the untrained model of explorers.ipynb (seed 1337, 2 layers of 4 heads)."""
         if self._untrained is None:
-            from .data import CharTokenizer, load_tiny_shakespeare
-            from .model import GPT
+            from gpt_lesson.data import CharTokenizer, load_tiny_shakespeare
+            from gpt_lesson.model import GPT
 
             try:
                 tokenizer = CharTokenizer(load_tiny_shakespeare())
@@ -64,17 +63,15 @@ class Context:
         return self._untrained
 
     def checkpoint_path(self) -> Path:
-        from .data import cache_dir
+        from gpt_lesson.shakespeare import checkpoint_path
 
-        return cache_dir() / CHECKPOINT_NAME
+        return checkpoint_path()
 
     def trained_model(self) -> tuple:
         """(model, tokenizer) of the Shakespeare run; raises FigureSkipped when it cannot be had."""
         if self._trained is None:
-            try:
-                from .shakespeare import load_trained_model
-            except ImportError as e:
-                raise FigureSkipped(f"gpt_lesson.shakespeare is not available ({e})") from None
+            from gpt_lesson.shakespeare import load_trained_model
+
             cached = self.checkpoint_path().is_file()
             if not self.train and not cached:
                 raise FigureSkipped(f"no cached checkpoint at {self.checkpoint_path()} and --no-train was given")
@@ -88,8 +85,8 @@ class Context:
         return self._trained
 
     def training_history(self) -> dict:
-        """The loss history stored in the checkpoint by :func:`gpt_lesson.train.train`."""
-        from .train import load_checkpoint
+        """The loss history stored in the checkpoint by :func:`gpt_lesson.training.train`."""
+        from gpt_lesson.training import load_checkpoint
 
         self.trained_model()  # makes sure the checkpoint exists (or skips)
         _, ckpt = load_checkpoint(self.checkpoint_path())
@@ -117,8 +114,8 @@ class FigureSpec:
 
 def _attention_steps(ctx: Context) -> Figure:
     """The steps of one causal head on six tokens: scaled scores, masked, softmax weights."""
-    from .attention import apply_mask, attention_scores, attention_weights, causal_mask
-    from .viz import plot_attention
+    from gpt_lesson.attention import apply_mask, attention_scores, attention_weights, causal_mask
+    from gpt_lesson.viz import plot_attention
 
     tokens = ["I", "love", "to", "eat", "ripe", "plums"]
     gen = torch.Generator().manual_seed(0)
@@ -138,7 +135,7 @@ def _attention_steps(ctx: Context) -> Figure:
 
 def _widget_view(name: str, **kwargs) -> Callable[[Context], Figure]:
     def draw(ctx: Context) -> Figure:
-        from . import widgets
+        from gpt_lesson import widgets
 
         return getattr(widgets, name)(**kwargs)
     return draw
@@ -146,7 +143,7 @@ def _widget_view(name: str, **kwargs) -> Callable[[Context], Figure]:
 
 def _trained_attention(**kwargs) -> Callable[[Context], Figure]:
     def draw(ctx: Context) -> Figure:
-        from .widgets import draw_attention_view
+        from gpt_lesson.widgets import draw_attention_view
 
         model, tokenizer = ctx.trained_model()
         opts = dict(kwargs)
@@ -159,7 +156,7 @@ def _trained_attention(**kwargs) -> Callable[[Context], Figure]:
 
 def _untrained_attention(**kwargs) -> Callable[[Context], Figure]:
     def draw(ctx: Context) -> Figure:
-        from .widgets import draw_attention_view
+        from gpt_lesson.widgets import draw_attention_view
 
         model, tokenizer = ctx.untrained_model()
         return draw_attention_view(model, tokenizer, SAMPLE_TEXT, **kwargs)
@@ -167,7 +164,7 @@ def _untrained_attention(**kwargs) -> Callable[[Context], Figure]:
 
 
 def _training_curves(ctx: Context) -> Figure:
-    from .viz import plot_loss_curves
+    from gpt_lesson.viz import plot_loss_curves
 
     history = ctx.training_history()
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -322,8 +319,8 @@ def write_figures(out_dir: str | os.PathLike, specs: list[FigureSpec], ctx: Cont
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m gpt_lesson.figures``."""
-    parser = argparse.ArgumentParser(prog="python -m gpt_lesson.figures", description=__doc__.split("\n\n")[0])
+    """The command line of ``python -m tools.figures``."""
+    parser = argparse.ArgumentParser(prog="python -m tools.figures", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "figures",
                         help="output folder (default: the repository's figures/)")
     parser.add_argument("--no-train", action="store_true",

@@ -26,9 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import attention_scores, causal_mask, merge_heads, naive_attention, split_heads
-from .model import CausalSelfAttention, FeedForward
-from .distributed import check_allreduce_bytes, check_effective_batch, check_grad_accum_steps  # noqa: E402,F401
+from ..attention import attention_scores, causal_mask, merge_heads, naive_attention, split_heads
+from ..model import CausalSelfAttention, FeedForward
 
 __all__ = [
     "CheckResult",
@@ -755,3 +754,7 @@ def check_tokenizer(encode: Callable[[str], Sequence[int]], decode: Callable[[Se
                      "   Likely bug: encode and decode must be inverse lookups: stoi = {ch: i}, itos = {i: ch}.")
     return _report(name, True, True, None,
                    f"decode(encode(text)) gives back all {len(text):,} characters ({len(as_list):,} ids).")
+
+
+# Lesson 12's checks (imported last: they use CheckResult from above).
+from .distributed import check_allreduce_bytes, check_effective_batch, check_grad_accum_steps  # noqa: E402

@@ -3,7 +3,7 @@
 Build every deck into ``slides/`` (one ``NN_name.html`` per notebook, an ``index.html``
 listing them, and a ``vendor/`` folder with reveal.js, jQuery, require.js and MathJax)::
 
-    python -m gpt_lesson.slides [--out slides/] [--notebooks notebooks/] [--strip-solutions]
+    python -m tools.slides [--out slides/] [--notebooks notebooks/] [--strip-solutions]
 
 The decks are what ``jupyter nbconvert --to slides`` makes from each cell's
 ``slideshow.slide_type`` (slide / subslide / fragment / skip / notes), with every script,
@@ -13,7 +13,7 @@ pinned versions whose sha512 is checked); once ``vendor/`` exists, rebuilding ne
 
 Hand-outs for learners (the same notebooks with the ``<details>`` solution blocks removed)::
 
-    python -m gpt_lesson.slides --student-copies student/
+    python -m tools.slides --student-copies student/
 """
 from __future__ import annotations
 
@@ -499,8 +499,8 @@ def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m gpt_lesson.slides``."""
-    parser = argparse.ArgumentParser(prog="python -m gpt_lesson.slides", description=__doc__.split("\n\n")[0])
+    """The command line of ``python -m tools.slides``."""
+    parser = argparse.ArgumentParser(prog="python -m tools.slides", description=__doc__.split("\n\n")[0])
     parser.add_argument("--notebooks", type=Path, default=REPO_ROOT / "notebooks",
                         help="folder of the lesson notebooks (default: the repository's notebooks/)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "slides",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_token_ids
+from .validation import check_bool, check_token_ids
 from .model import GPT, KVCache
 
 __all__ = ["next_token_probs", "sample_next", "generate"]
@@ -80,6 +80,13 @@ def generate(
         raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
     vocab_size, block_size = model.config.vocab_size, model.config.block_size
     check_token_ids(idx, vocab_size)
+    check_bool("use_cache", use_cache)
+    if use_cache and not model.config.causal:
+        raise ValueError(
+            "use_cache=True needs a causal model: with causal=False every position sees the later ones, so keys "
+            "and values computed earlier change as tokens are added and a cache would give other tokens; "
+            "use use_cache=False"
+        )
     _check_sampling(temperature, top_k, vocab_size)
     was_training = model.training
     model.eval()

@@ -1,13 +1,20 @@
-"""The course's source model, written from its description (issue 2), as a reference.
+"""The course's source model, as the source writes it: the reference :class:`gpt_lesson.GPT` reproduces.
 
 A small nanoGPT-style GPT: fused ``c_attn``, a ``tril`` buffer, pre-LayerNorm blocks,
-learned position embeddings. ``gpt_lesson.GPT`` must load its checkpoints with
-``strict=True`` and give the same logits; ``tests/test_source_compat.py`` checks that, and
-lesson 08 loads a checkpoint of it.
+learned position embeddings. ``gpt_lesson.GPT`` has the same parameter names, shapes and
+forward pass, so a checkpoint of this model loads there with ``strict=True`` and gives the
+same logits; ``tests/test_source_compat.py`` checks that, and lesson 08 shows it.
 
-It keeps the source's one quirk on purpose: when targets are given, ``forward`` returns the
-logits flattened to (B*T, vocab_size), because the flattened view passed to the
-cross-entropy reuses the name ``logits``.
+Two things differ from the library, on purpose, because the source does them this way:
+
+* **no weight initialisation of its own**: PyTorch's defaults (uniform ``Linear`` weights,
+  ``N(0, 1)`` embeddings). The library adds nanoGPT's ``N(0, 0.02)``, which makes the first
+  loss close to ``ln(vocab_size)``; with the defaults it starts higher (about 7.2 instead of
+  6.9 at the seed sizes);
+* when targets are given, ``forward`` returns the logits flattened to (B*T, vocab_size),
+  because the flattened view passed to the cross-entropy reuses the name ``logits``.
+
+This module is kept as close to the source as possible: no options, no argument checks.
 """
 from __future__ import annotations
 
@@ -77,15 +84,6 @@ class GPT(nn.Module):
         self.blocks = nn.Sequential(*[Block(n_embd, n_head, block_size) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(n_embd)
         self.lm_head = nn.Linear(n_embd, vocab_size)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        # nanoGPT-style small init, which makes the first loss close to ln(vocab_size).
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         B, T = idx.shape

@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import distributed
-from ._checks import check_positive_int, check_tensor
+from .validation import check_positive_int, check_tensor
 from .data import get_batch
 from .model import GPT, GPTConfig
 

@@ -1,0 +1,167 @@
+"""Argument validation for the whole library, in one place.
+
+Every public function checks its arguments with these helpers, so a bad value gets the
+same kind of message everywhere: a ``TypeError`` when the *kind* of value is wrong, a
+``ValueError`` when the kind is right but the value breaks a rule, and both name the
+argument, the value and the rule (``n_embd=65 is not divisible by n_head=4``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+__all__ = [
+    "check_bool",
+    "check_int",
+    "check_positive_int",
+    "check_number",
+    "check_probability",
+    "check_scale",
+    "check_choice",
+    "check_tensor",
+    "check_token_ids",
+]
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Raise unless ``value`` is a real ``bool`` (``"no"`` or ``1`` are not flags)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}={value!r} must be True or False, got {type(value).__name__}")
+    return value
+
+
+def check_int(name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Raise unless ``value`` is an int (not a bool) within ``[minimum, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}={value!r} must be an integer, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}={value} must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}={value} must be <= {maximum}")
+    return int(value)
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """Raise unless ``value`` is an int (not a bool) greater than zero."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}={value!r} must be an integer, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name}={value} must be a positive integer (> 0)")
+    return int(value)
+
+
+def _bound_text(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    if low is not None and high is not None:
+        return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if low is not None:
+        return f"{'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f"{'<' if high_open else '<='} {high:g}"
+    return "finite"
+
+
+def check_number(
+    name: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    min_open: bool = False,
+    max_open: bool = False,
+    allow_none: bool = False,
+) -> float | None:
+    """Raise unless ``value`` is a finite real number within the given bounds.
+
+    ``min_open``/``max_open`` exclude the bound itself (``minimum=0, min_open=True``
+    means "> 0"). ``allow_none`` lets ``None`` through (for "off" settings). NaN and
+    infinities are always refused: they never make sense as a setting.
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        extra = " or None" if allow_none else ""
+        raise TypeError(f"{name}={value!r} must be a number{extra}, got {type(value).__name__}")
+    rule = _bound_text(minimum, maximum, min_open, max_open)
+    if not math.isfinite(value):
+        raise ValueError(f"{name}={value} must be a finite number ({rule})")
+    too_low = minimum is not None and (value <= minimum if min_open else value < minimum)
+    too_high = maximum is not None and (value >= maximum if max_open else value > maximum)
+    if too_low or too_high:
+        raise ValueError(f"{name}={value} must be {rule}")
+    return float(value)
+
+
+def check_scale(name: str, value: object) -> float | None:
+    """An attention scale: ``None`` (meaning the standard ``1/sqrt(d_k)``) or a finite number > 0."""
+    return check_number(name, value, minimum=0.0, min_open=True, allow_none=True)
+
+
+def check_probability(name: str, value: object) -> float:
+    """Raise unless ``value`` is a number in [0, 1) (a dropout rate)."""
+    return check_number(name, value, minimum=0.0, maximum=1.0, max_open=True)  # type: ignore[return-value]
+
+
+def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
+    """Raise unless ``value`` is one of ``choices`` (compared with ``==``, bools never match ints)."""
+    for c in choices:
+        if type(value) is type(c) and value == c:
+            return value
+    raise ValueError(f"{name}={value!r} is not one of {tuple(choices)}")
+
+
+def check_tensor(name: str, value: object, *, dims: int | None = None, min_dim: int | None = None) -> torch.Tensor:
+    """Raise unless ``value`` is a tensor with ``dims`` dimensions (or at least ``min_dim``)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if dims is not None and value.dim() != dims:
+        raise ValueError(f"{name} must have {dims} dimensions, got shape {tuple(value.shape)}")
+    if min_dim is not None and value.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {tuple(value.shape)}")
+    return value
+
+
+_INT_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding accepts
+
+
+def check_token_ids(
+    idx: object,
+    vocab_size: int,
+    block_size: int | None = None,
+    *,
+    name: str = "idx",
+    ignore_index: int | None = None,
+) -> torch.Tensor:
+    """Raise unless ``idx`` is a (B, T) int64/int32 tensor of ids in [0, vocab_size), T <= block_size.
+
+    ``name`` is the argument the message blames (``idx`` or ``targets``). With
+    ``ignore_index`` set, that value is allowed too (targets to be skipped by the loss).
+    """
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(idx).__name__}")
+    if idx.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, T), got shape {tuple(idx.shape)} ({idx.dim()} dimensions)")
+    if idx.dtype not in _INT_DTYPES:
+        raise TypeError(
+            f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}; "
+            f"convert with {name}.long()"
+        )
+    if idx.size(1) == 0:
+        raise ValueError(f"{name} has T=0 tokens; give at least one token")
+    if block_size is not None and idx.size(1) > block_size:
+        raise ValueError(
+            f"{name} has sequence length T={idx.size(1)}, longer than block_size={block_size}; "
+            "crop the context to the last block_size tokens"
+        )
+    if idx.numel():
+        ids = idx if ignore_index is None else idx[idx != ignore_index]
+        if ids.numel():
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= vocab_size:
+                bad = lo if lo < 0 else hi
+                allowed = "" if ignore_index is None else f" (or ignore_index={ignore_index})"
+                raise ValueError(
+                    f"{name} holds token id {bad}, out of range: ids must be in [0, vocab_size={vocab_size}){allowed}"
+                )
+    return idx

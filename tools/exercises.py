@@ -1,0 +1,124 @@
+"""Find the exercises ("Your turn") of a lesson notebook: their stub, check, hint and solution cells.
+
+A lesson's exercises follow one layout (see ``docs/notebook-conventions.md``)::
+
+    ### Your turn N: title          markdown: the task
+    def my_fn(...): raise NotImplementedError     code: the stub the learner edits (one or more cells)
+    result = check_x(my_fn)         code: the check call (its stored output says "not attempted yet")
+    <details><summary>Hint</summary> ...          markdown, optional
+    <details><summary>Solution</summary> ```python ...``` </details>   markdown
+
+An exercise runs on its own, given the lesson's setup cells (the code cells between "What you will
+learn" and the first section): the tests run each solution that way, and the nbgrader course is built
+from the same structure.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+import nbformat
+
+__all__ = ["Exercise", "cell_text", "find_exercises", "setup_cells", "solution_code", "check_calls",
+           "without_magics", "YOUR_TURN_RE"]
+
+YOUR_TURN_RE = re.compile(r"^###\s+Your turn (\d+):\s*(\S.*)$", re.M)
+SECTION_RE = re.compile(r"^#{1,3} ", re.M)
+DETAILS_RE = re.compile(r"<details>\s*<summary>\s*(.*?)\s*</summary>", re.S)
+
+
+def cell_text(cell) -> str:
+    return cell.source if isinstance(cell.source, str) else "".join(cell.source)
+
+
+def check_calls(source: str) -> list[str]:
+    """The calls to ``check_*(...)`` among a cell's top-level statements, as source text."""
+    calls = []
+    try:
+        body = ast.parse(without_magics(source)).body
+    except SyntaxError:
+        return calls
+    for stmt in body:
+        value = getattr(stmt, "value", None)
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id.startswith("check_"):
+            calls.append(ast.unparse(value))
+    return calls
+
+
+def solution_code(markdown: str) -> str:
+    """The ```python blocks of a markdown cell, joined."""
+    return "\n\n".join(re.findall(r"```python\n(.*?)```", markdown, re.S))
+
+
+def without_magics(source: str) -> str:
+    """Cell source with IPython magics (``%matplotlib inline``, ``!pip``) commented out."""
+    return "\n".join("# " + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
+
+
+def _details_kind(markdown: str) -> str | None:
+    m = DETAILS_RE.search(markdown)
+    return m.group(1).strip().lower() if m else None
+
+
+@dataclass
+class Exercise:
+    """One "Your turn" section of a lesson; every index is a cell index of the notebook."""
+
+    number: int
+    title: str
+    start: int
+    end: int
+    stub_cells: list[int] = field(default_factory=list)
+    check_cell: int | None = None
+    hint_cells: list[int] = field(default_factory=list)
+    solution_cells: list[int] = field(default_factory=list)
+    other_cells: list[int] = field(default_factory=list)
+
+    def checks(self, nb) -> list[str]:
+        return check_calls(cell_text(nb.cells[self.check_cell])) if self.check_cell is not None else []
+
+    def solution(self, nb) -> str:
+        return "\n\n".join(solution_code(cell_text(nb.cells[i])) for i in self.solution_cells)
+
+
+def find_exercises(nb: nbformat.NotebookNode) -> list[Exercise]:
+    cells = nb.cells
+    starts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and YOUR_TURN_RE.search(cell_text(c))]
+    exercises = []
+    for start in starts:
+        m = YOUR_TURN_RE.search(cell_text(cells[start]))
+        end = next((j for j in range(start + 1, len(cells)) if cells[j].cell_type == "markdown"
+                    and SECTION_RE.search(cell_text(cells[j]))), len(cells))
+        ex = Exercise(int(m.group(1)), m.group(2).strip(), start, end)
+        for j in range(start + 1, end):
+            cell, text = cells[j], cell_text(cells[j])
+            if cell.cell_type == "code":
+                if ex.check_cell is None and check_calls(text):
+                    ex.check_cell = j
+                elif ex.check_cell is None:
+                    ex.stub_cells.append(j)
+                else:
+                    ex.other_cells.append(j)
+            elif cell.metadata.get("slideshow", {}).get("slide_type") == "notes":
+                ex.other_cells.append(j)
+            elif _details_kind(text) == "solution":
+                ex.solution_cells.append(j)
+            elif _details_kind(text) == "hint":
+                ex.hint_cells.append(j)
+            else:
+                ex.other_cells.append(j)
+        exercises.append(ex)
+    return exercises
+
+
+def setup_cells(nb: nbformat.NotebookNode) -> list[int]:
+    """The code cells between '## What you will learn' and the next '## ' section (imports, shared data)."""
+    cells = nb.cells
+    learn = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"
+                  and re.search(r"^## What you will learn\s*$", cell_text(c), re.M)), None)
+    if learn is None:
+        return []
+    end = next((j for j in range(learn + 1, len(cells)) if cells[j].cell_type == "markdown"
+                and re.match(r"## ", cell_text(cells[j]))), len(cells))
+    return [j for j in range(learn + 1, end) if cells[j].cell_type == "code"]
