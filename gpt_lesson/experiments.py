@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .validation import check_positive_int, check_token_ids
+from .validation import check_choice, check_instance, check_int, check_number, check_positive_int, check_token_ids
 from .attention import apply_mask, attention_scores, attention_weights, padding_mask, weighted_sum
 from .data import CharTokenizer
 from .model import GPT, GPTConfig
@@ -26,6 +26,7 @@ __all__ = [
     "kv_cache_bytes",
     "encoder_decoder_cache_bytes",
     "train_small",
+    "layernorm_placement_gradients",
 ]
 
 SCALINGS = ("none", "sqrt", "temperature")
@@ -34,12 +35,8 @@ SCALINGS = ("none", "sqrt", "temperature")
 def scale_factor(d_k: int, scaling: str = "sqrt", temperature: float = 1.0) -> float:
     """The multiplier applied to q.k: 1 (``"none"``), 1/sqrt(d_k) (``"sqrt"``) or 1/(sqrt(d_k)*temperature)."""
     check_positive_int("d_k", d_k)
-    if scaling not in SCALINGS:
-        raise ValueError(f"scaling={scaling!r} is not one of {SCALINGS}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature={temperature!r} must be a number")
-    if not temperature > 0:
-        raise ValueError(f"temperature={temperature} must be > 0")
+    check_choice("scaling", scaling, SCALINGS)
+    check_number("temperature", temperature, minimum=0, min_open=True)
     if scaling == "none":
         return 1.0
     if scaling == "sqrt":
@@ -55,6 +52,8 @@ def qk_variance(d_k: int, n_samples: int = 10_000, scale: float = 1.0, seed: int
     """
     check_positive_int("d_k", d_k)
     check_positive_int("n_samples", n_samples)
+    check_number("scale", scale)
+    check_int("seed", seed, minimum=0)
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(n_samples, d_k, generator=g)
     k = torch.randn(n_samples, d_k, generator=g)
@@ -77,6 +76,8 @@ def softmax_stats(d_k: int, T: int = 16, scale: float = 1.0, seed: int = 0) -> d
     """
     check_positive_int("d_k", d_k)
     check_positive_int("T", T)
+    check_number("scale", scale)
+    check_int("seed", seed, minimum=0)
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(1, d_k, generator=g)
     k = torch.randn(T, d_k, generator=g)
@@ -91,10 +92,11 @@ def softmax_stats(d_k: int, T: int = 16, scale: float = 1.0, seed: int = 0) -> d
 def leak_test(model: GPT, idx: torch.Tensor, t: int, seed: int = 0) -> float:
     """Replace every token after position ``t`` with random ones; return the largest change
     of the logits at positions ``0..t``. A causal model gives 0 (up to float rounding)."""
+    check_instance("model", model, GPT)
     check_token_ids(idx, model.config.vocab_size, model.config.block_size)
     T = idx.size(1)
-    if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < T - 1:
-        raise ValueError(f"t={t!r} must be an integer position in [0, T-1={T - 1}) so that some tokens follow it")
+    check_int("t", t, minimum=0, maximum=T - 2, rule=f"a position in [0, T-1={T - 1}) so that some tokens follow it")
+    check_int("seed", seed, minimum=0)
     g = torch.Generator().manual_seed(seed)
     changed = idx.clone()
     changed[:, t + 1:] = torch.randint(model.config.vocab_size, (idx.size(0), T - t - 1), generator=g)
@@ -171,6 +173,7 @@ def train_small(
     seed: int = 1337,
     max_chars: int = 200_000,
     qkv_init_std: float | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[GPT, CharTokenizer, History]:
     """Train a tiny character GPT on the first ``max_chars`` of ``text`` for a few seconds.
 
@@ -182,12 +185,15 @@ def train_small(
     that standard deviation. ``1 / sqrt(n_embd)`` gives q and k entries of variance
     about 1 at the start (the inputs are layer-normed), the assumption behind
     Var(q.k) = d_k; the default GPT-2 init (std 0.02) starts with tiny scores.
+
+    ``dtype=torch.float64`` trains in double precision: slower, but a rounding difference
+    between two CPUs (another summation order in a matmul kernel) then stays far below what
+    a printed loss shows, where in float32 it grows over a few hundred steps into the third
+    decimal (or, for an unstable run, the first).
     """
-    if qkv_init_std is not None:
-        if isinstance(qkv_init_std, bool) or not isinstance(qkv_init_std, (int, float)):
-            raise TypeError(f"qkv_init_std={qkv_init_std!r} must be a number or None")
-        if not qkv_init_std > 0:
-            raise ValueError(f"qkv_init_std={qkv_init_std} must be > 0")
+    check_number("qkv_init_std", qkv_init_std, minimum=0, min_open=True, allow_none=True)
+    check_instance("text", text, str)
+    check_positive_int("max_chars", max_chars)
     text = text[:max_chars]
     tokenizer = CharTokenizer(text)
     data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
@@ -198,7 +204,62 @@ def train_small(
     if qkv_init_std is not None:
         for block in model.blocks:
             torch.nn.init.normal_(block.sa.c_attn.weight, mean=0.0, std=qkv_init_std)
+    model.to(dtype)
     cfg = TrainConfig(max_steps=steps, batch_size=batch_size, learning_rate=learning_rate,
                       eval_interval=eval_interval, eval_iters=10, seed=seed, progress=False)
     hist = train(model, data[:n], data[n:], cfg)
     return model, tokenizer, hist
+
+
+def layernorm_placement_gradients(
+    order: str,
+    n_layer: int,
+    *,
+    n_embd: int = 64,
+    n_head: int = 4,
+    vocab_size: int = 65,
+    T: int = 16,
+    batch_size: int = 4,
+    seeds: tuple[int, ...] = (0, 1, 2),
+) -> list[float]:
+    """Gradient norm of each block's last FFN weight (``ffwd.net[2]``) at initialisation, averaged over seeds.
+
+    The blocks are the course's :class:`~gpt_lesson.model.Block`, wired pre-LN (``order="pre"``:
+    ``x = x + sa(ln1(x))``, then ``ln_f`` before the head, as in GPT) or post-LN (``"post"``:
+    ``x = ln1(x + sa(x))``, as in the 2017 Transformer), with Xavier-initialised linear layers as in
+    Xiong et al. (2020), a linear head and the cross-entropy of random targets. One backward pass per
+    seed, in float64 so the numbers are the same on every CPU. Lessons 07 and 11 both call this.
+    """
+    from .model import Block
+
+    if order not in ("pre", "post"):
+        raise ValueError(f"order={order!r} is not one of ('pre', 'post')")
+    check_positive_int("n_layer", n_layer)
+    totals = [0.0] * n_layer
+    for seed in seeds:
+        torch.manual_seed(seed)
+        blocks = torch.nn.ModuleList(Block(n_embd, n_head, T, dropout=0.0) for _ in range(n_layer))
+        ln_f, head = torch.nn.LayerNorm(n_embd), torch.nn.Linear(n_embd, vocab_size)
+        for m in [*blocks.modules(), head]:
+            if isinstance(m, torch.nn.Linear):
+                torch.nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    torch.nn.init.zeros_(m.bias)
+        for module in (blocks, ln_f, head):
+            module.double()
+        g = torch.Generator().manual_seed(seed + 1000)
+        x = torch.randn(batch_size, T, n_embd, generator=g, dtype=torch.float64)
+        targets = torch.randint(0, vocab_size, (batch_size, T), generator=g)
+        for b in blocks:
+            if order == "pre":
+                x = x + b.sa(b.ln1(x))
+                x = x + b.ffwd(b.ln2(x))
+            else:
+                x = b.ln1(x + b.sa(x))
+                x = b.ln2(x + b.ffwd(x))
+        if order == "pre":
+            x = ln_f(x)
+        torch.nn.functional.cross_entropy(head(x).flatten(0, 1), targets.flatten()).backward()
+        for i, b in enumerate(blocks):
+            totals[i] += b.ffwd.net[2].weight.grad.norm().item()
+    return [t / len(seeds) for t in totals]

@@ -22,7 +22,10 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("**/*.ipynb"))
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# The one setting every link is built from: owner/name on GitHub.
+REPO = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+)", PROJECT["urls"]["Repository"])[1]
 BADGE_RE = re.compile(r"\[!\[(?P<alt>[^\]]*)\]\((?P<img>[^)]+)\)\]\((?P<url>[^)]+)\)")
 COLAB_RE = re.compile(r"https://colab\.research\.google\.com/github/(?P<repo>[\w.-]+/[\w.-]+)/blob/main/(?P<path>\S+)")
 BINDER_RE = re.compile(r"https://mybinder\.org/v2/gh/(?P<repo>[\w.-]+/[\w.-]+)/main\?labpath=(?P<path>\S+)")
@@ -53,12 +56,13 @@ def test_badges_open_this_notebook(path):
     assert set(badges) == {"colab", "binder"}, f"{path.name}: the first cell needs a Colab and a Binder badge"
     colab = COLAB_RE.fullmatch(badges["colab"]["url"])
     binder = BINDER_RE.fullmatch(badges["binder"]["url"])
-    assert colab and colab["path"] == f"notebooks/{path.name}", badges["colab"]["url"]
-    assert binder and unquote(binder["path"]) == f"notebooks/{path.name}", badges["binder"]["url"]
+    rel = path.relative_to(ROOT).as_posix()
+    assert colab and colab["path"] == rel, badges["colab"]["url"]
+    assert binder and unquote(binder["path"]) == rel, badges["binder"]["url"]
     install = INSTALL_RE.search(_install_cell(nb).source)
     assert install, f"{path.name}: the install cell must pip install 'NAME @ git+https://github.com/ORG/REPO'"
-    # Colab, Binder and the install line must all name the same GitHub repository.
-    assert colab["repo"] == binder["repo"] == install["repo"]
+    # Colab, Binder and the install line all name the repository of pyproject's [project.urls].
+    assert colab["repo"] == binder["repo"] == install["repo"] == REPO
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -74,7 +78,7 @@ def test_install_cell_runs_only_in_colab(path, monkeypatch):
     exec(compile(cell.source, f"{path.name}[1]", "exec"), {})
     assert len(calls) == 1, f"{path.name}: in Colab the install cell must run pip once"
     (args,), kwargs = calls[0]
-    name = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
+    name = PROJECT["name"]
     assert args[:5] == [sys.executable, "-m", "pip", "install", "-q"] and kwargs == {"check": True}
     assert INSTALL_RE.fullmatch(f'"{args[5]}"')["name"] == name, "the install line must name this project"
 
@@ -91,5 +95,5 @@ def test_binder_builds_the_pinned_environment_and_installs_the_package():
     assert "pip install --no-cache-dir --no-deps -e ." in post.read_text()
     runtime = (binder / "runtime.txt").read_text().strip()
     version = re.fullmatch(r"python-3\.(\d+)", runtime)
-    minimum = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    minimum = PROJECT["requires-python"]
     assert version and int(version[1]) >= int(re.search(r"3\.(\d+)", minimum)[1])

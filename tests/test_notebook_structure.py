@@ -22,13 +22,14 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 LESSONS = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00_welcome"))
 ALL_NOTEBOOKS = sorted(NOTEBOOKS.glob("*.ipynb"))
 
-REPO = "gpt-lesson/gpt-lesson"
-COLAB_CELL = '''# Colab only: install the course's helper package (does nothing anywhere else).
+from test_launch_links import REPO  # noqa: E402  the one setting (pyproject's [project.urls])
+
+COLAB_CELL = f'''# Colab only: install the course's helper package (does nothing anywhere else).
 import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "gpt-lesson @ git+https://github.com/gpt-lesson/gpt-lesson"], check=True)'''
+                    "gpt-lesson @ git+https://github.com/{REPO}"], check=True)'''
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 NAV_RE = re.compile(r"Previous:\s*\[[^\]]*\]\(([^)]+)\)\s*·\s*Next:\s*\[[^\]]*\]\(([^)]+)\)")
 YOUR_TURN_RE = re.compile(r"^###\s+Your turn (\d+):\s*\S", re.M)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,7 +40,15 @@ def run(path: Path, timeout: int = 900) -> float:
     client.execute()
     seconds = time.perf_counter() - start
     nbformat.write(strip_volatile(nb), path)
+    normalise(path)
     return seconds
+
+
+def normalise(path: Path) -> None:
+    """The same normaliser as the pre-commit hook: nbstripout, keeping outputs, counts and cell ids."""
+    nbstripout = Path(sys.executable).parent / "nbstripout"
+    if nbstripout.exists():
+        subprocess.run([str(nbstripout), "--keep-output", "--keep-count", "--keep-id", str(path)], check=True)
 
 
 def main(argv: list[str] | None = None) -> int:
