@@ -20,6 +20,7 @@ See ``docs/architecture.md``.
 from importlib.metadata import PackageNotFoundError, version
 
 from .data import CharTokenizer, get_batch, load_tiny_shakespeare, train_val_split
+from .i18n import get_language, set_language
 from .model import GPT, Block, CausalSelfAttention, FeedForward, GPTConfig, KVCache
 from .sampling import generate
 from .training import TrainConfig, load_checkpoint, save_checkpoint, set_seed, train
@@ -33,4 +34,5 @@ __all__ = [
     "GPT", "GPTConfig", "CausalSelfAttention", "FeedForward", "Block", "KVCache",
     "CharTokenizer", "load_tiny_shakespeare", "train_val_split", "get_batch",
     "generate", "TrainConfig", "train", "set_seed", "save_checkpoint", "load_checkpoint",
+    "set_language", "get_language",
 ]

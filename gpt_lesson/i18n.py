@@ -5,35 +5,77 @@ template with named fields and formatted *after* translation::
 
     print(_("expected shape {expected}, got {got}").format(expected=..., got=...))
 
-never as an f-string inside ``_()`` (the catalogue would not find it). English is the
-source language; :func:`set_language` switches a notebook to another one.
+never as an f-string inside ``_()`` (the catalogue would not find it). English is the source
+language. The translations are gettext catalogues kept as text in the repository,
+``gpt_lesson/locale/<lang>/LC_MESSAGES/gpt_lesson.po``; on first use of a language its catalogue
+is compiled in memory with Babel (the tool that extracts the messages too, see
+``tools/i18n.py``) and served through Python's standard :mod:`gettext`.
+
+Choose the language per notebook with :func:`set_language` (``set_language("zh")``) or for a
+whole session with the environment variable ``GPT_LESSON_LANG=zh``.
 """
 from __future__ import annotations
 
+import gettext
+import io
 import os
+from pathlib import Path
 
-__all__ = ["LANGUAGES", "LANG_ENV", "set_language", "get_language", "_"]
+__all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "set_language", "get_language", "catalogue_path",
+           "translations", "_"]
 
 LANGUAGES = ("en", "zh")
 LANG_ENV = "GPT_LESSON_LANG"
+DOMAIN = "gpt_lesson"
+LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 
-_state = {"language": "en"}
+_state: dict[str, object] = {"language": "en"}
+_cache: dict[str, gettext.NullTranslations] = {}
+
+
+def catalogue_path(language: str) -> Path:
+    """The ``.po`` file that holds ``language``'s translations."""
+    return LOCALE_DIR / language / "LC_MESSAGES" / f"{DOMAIN}.po"
+
+
+def translations(language: str) -> gettext.NullTranslations:
+    """The gettext translations of ``language`` (English: the messages as written)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"language={language!r} is not one of {LANGUAGES}")
+    if language == "en":
+        return gettext.NullTranslations()
+    if language not in _cache:
+        path = catalogue_path(language)
+        if not path.is_file():
+            raise FileNotFoundError(f"no message catalogue for language={language!r} at {path}")
+        from babel.messages.mofile import write_mo
+        from babel.messages.pofile import read_po
+
+        with open(path, "rb") as f:
+            catalog = read_po(f, locale=language)
+        buffer = io.BytesIO()
+        write_mo(buffer, catalog)  # fuzzy entries are left out, as msgfmt does
+        buffer.seek(0)
+        _cache[language] = gettext.GNUTranslations(buffer)
+    return _cache[language]
 
 
 def set_language(language: str) -> None:
-    """Print feedback in ``language`` ("en" or "zh") from now on."""
-    if language not in LANGUAGES:
-        raise ValueError(f"language={language!r} is not one of {LANGUAGES}")
+    """Print feedback and label the explorers in ``language`` ("en" or "zh") from now on."""
+    translations(language)  # fails early on an unknown language or a missing catalogue
     _state["language"] = language
 
 
 def get_language() -> str:
-    return _state["language"]
+    return str(_state["language"])
 
 
 def _(message: str) -> str:
-    """``message`` in the current language (English until the catalogues exist)."""
-    return message
+    """``message`` in the current language (the English text itself when no translation exists)."""
+    language = _state["language"]
+    if language == "en":
+        return message
+    return translations(str(language)).gettext(message)
 
 
 _env = os.environ.get(LANG_ENV)
