@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 __all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "set_language", "get_language", "catalogue_path",
-           "translations", "_"]
+           "translations", "_", "N_"]
 
 LANGUAGES = ("en", "zh")
 LANG_ENV = "GPT_LESSON_LANG"
@@ -68,6 +68,12 @@ def set_language(language: str) -> None:
 
 def get_language() -> str:
     return str(_state["language"])
+
+
+def N_(message: str) -> str:
+    """Mark a template for the catalogue without translating it yet (gettext_noop): translate it with
+    :func:`_` where it is shown, so a label table can be built once at import time."""
+    return message
 
 
 def _(message: str) -> str:

@@ -1,0 +1,332 @@
+"""Checks for lessons 02-04 (and the attention exercises of 08, 09, 11): scores, softmax, one causal head.
+
+The causal head's variants are every combination of up to two classic mistakes (how the scores
+are multiplied, how they are scaled, how the mask is applied, which dimension the softmax runs
+over, which tensor the weights multiply); the diagnosis is the first of them in the order of the
+code, the message lists the others.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from .. import attention as lib
+from .. import model, reference
+from .runner import Forbidden, close, learner_check, randn, require_callable, run_cases, seeded
+from .verdicts import N_, Bug, Case, CheckResult, Variant, Verdict, combinations, say, variant
+
+# Labels: stable identifiers in CheckResult.diagnosis.
+SCALED_BY_N_EMBD = N_("scaled by n_embd (d_model) instead of head size")
+SCALED_BY_HEAD_SIZE = N_("scaled by head size instead of its square root")
+NO_SCALING = N_("no scaling")
+WRONG_SCALING = N_("wrong scaling")
+MISSING_TRANSPOSE = N_("missing transpose")
+KQ_TRANSPOSED = N_("k @ q^T (scores transposed)")
+SOFTMAX_WRONG_DIM = N_("softmax over the wrong dimension")
+SOFTMAX_OVERFLOW = N_("softmax overflows (no max subtracted)")
+GLOBAL_MAX = N_("max of the whole tensor subtracted")
+MAX_WRONG_DIM = N_("max taken over the wrong dimension")
+LOG_SOFTMAX = N_("log-probabilities instead of probabilities")
+NOT_NORMALISED = N_("not normalised")
+MASK_AFTER_SOFTMAX = N_("masking after the softmax")
+MASK_WITH_ZERO = N_("masking with 0 instead of -inf")
+NO_MASK = N_("no mask")
+MASK_WRONG_TRIANGLE = N_("mask hides the past instead of the future")
+MASK_ONE_OFF = N_("mask one off")
+FLOAT_MASK_ADDED = N_("float tril passed as attn_mask to SDPA (added, not hidden)")
+BOOL_MASK_INVERTED = N_("bool mask inverted")
+WEIGHTS_NOT_ON_V = N_("weights applied to q or k, not v")
+
+TEXTS = {
+    "no_scaling": N_("you did not scale the scores: divide them by sqrt(head_size) = sqrt({hs})."),
+    "by_head_size": N_("you divided by head_size = {hs}; divide by its square root, sqrt({hs}) = {root:.3f}."),
+    "by_n_embd": N_("did you divide by sqrt(n_embd) = sqrt({d:.4g}) instead of sqrt(head_size) = sqrt({hs})? "
+                    "Take the head size from q.size(-1)."),
+    "multiplied": N_("your scores are {factor:.2f}x too large: did you multiply by sqrt(head_size) instead of "
+                     "dividing?"),
+    "other_scale": N_("you divided by sqrt({d:.4g}); divide by sqrt(head_size) = sqrt({hs}), with "
+                      "head_size = q.size(-1)."),
+    "q_at_k": N_("you multiplied q @ k; the scores are q @ k.transpose(-2, -1) (each query dotted with each key)."),
+    "qT_at_k": N_("you transposed q instead of k: the scores are q @ k.transpose(-2, -1), shape (B, T, T)."),
+    "kq": N_("you computed k @ q^T, the transpose of the scores: row i would hold key i against every query. "
+             "Queries index the rows: q @ k.transpose(-2, -1)."),
+    "dim_keys": N_("each query's row must sum to 1, so the softmax runs over the keys: dim=-1. "
+                   "Your columns sum to 1 instead."),
+    "dim_batch": N_("you took the softmax over the batch (dim=0; also what F.softmax does without dim=); use "
+                    "dim=-1, the keys."),
+    "overflow": N_("your softmax gives NaN for large scores: exp(800) overflows to inf and inf / inf is NaN. "
+                   "Subtract each row's largest score first, scores - scores.amax(dim=-1, keepdim=True): a "
+                   "softmax does not change when a whole row is shifted, and the largest exponent becomes 0."),
+    "global_max": N_("you subtracted the largest score of the whole tensor: rows far below it underflow to "
+                     "0 / 0 = NaN. Subtract each row's own max: scores.amax(dim=-1, keepdim=True)."),
+    "max_dim": N_("you subtracted a max taken over another dimension, so each row was shifted by different "
+                  "amounts: use scores.amax(dim=-1, keepdim=True)."),
+    "log_softmax": N_("you returned log-probabilities (log_softmax); the weights are the probabilities: "
+                      "softmax(scores, dim=-1)."),
+    "not_normalised": N_("you exponentiated but did not divide by the row sums: e / e.sum(dim=-1, keepdim=True)."),
+    "after": N_("you masked the weights after the softmax, so the rows no longer sum to 1. Mask the scores "
+                "with -inf first, then take the softmax."),
+    "after_inf": N_("you filled the weights with -inf after the softmax; mask the scores (before the softmax), "
+                    "which turns -inf into exact zeros."),
+    "zero": N_("you filled the future scores with 0; exp(0) = 1, so the future still gets weight. Use "
+               "masked_fill(tril == 0, float('-inf'))."),
+    "none": N_("every position attends to the future: apply the causal mask (tril) to the scores before "
+               "the softmax."),
+    "triu": N_("your mask keeps the future and hides the past: use torch.tril (lower triangle), not triu."),
+    "one_ahead": N_("your mask is one off: torch.tril(..., diagonal=1) lets each query see the next token too. "
+                    "Use the default diagonal=0: position t sees 0..t."),
+    "one_behind": N_("your mask is one off: torch.tril(..., diagonal=-1) hides each query from itself, and "
+                     "the first row has nothing left to see. Use the default diagonal=0."),
+    "added": N_("the mask was added to the scores instead of hiding them: F.scaled_dot_product_attention adds a "
+                "float attn_mask, so a tril of 1.0 and 0.0 adds 1 to the past and hides nothing. Pass a bool "
+                "mask (True = may attend: tril.bool()) or is_causal=True."),
+    "inverted": N_("your mask is inverted: each query sees only the future. For masked_fill hide where "
+                   "tril == 0; a bool attn_mask for SDPA is True where attending is allowed: tril.bool()."),
+    "by_length": N_("you divided by sqrt(T) = sqrt({T}), the sequence length q.size(1); the head size is the last "
+                    "dimension, q.size(-1) = {hs}."),
+    "not_v": N_("you multiplied the weights by {used}; the output is the weighted sum of the values: weights @ v."),
+    "dim_head": N_("the softmax must run over the keys (dim=-1) so each query's weights sum to 1."),
+    "case_qk": N_("q and k of shape {shape}"),
+    "case_scores": N_("scores of shape {shape}"),
+    "case_large": N_("large scores (100x the first inputs' and more) of shape {shape}"),
+    "case_qkv": N_("q, k, v of shape {shape}"),
+    "scores_passed": N_("Your scores equal gpt_lesson.attention.attention_scores on {count} inputs."),
+    "softmax_passed": N_("Your weights equal F.softmax(scores, dim=-1): each row sums to 1, even for large scores."),
+    "head_passed": N_("Your head equals gpt_lesson.attention.naive_attention with a causal mask."),
+}
+
+TRANSPOSE_TEXTS = [("cannot be multiplied", N_("a missing transpose: the scores are q @ k.transpose(-2, -1)."))]
+MASK_SIZE_TEXTS = [
+    ("must match the size", N_("the mask must be (T, T) for this input: build it from the input, tril = "
+                               "torch.tril(torch.ones(T, T)) with T = q.size(1), or slice a bigger one: "
+                               "tril[:T, :T].")),
+    ("should not be set when is_causal", N_("pass either attn_mask or is_causal=True to "
+                                            "F.scaled_dot_product_attention, not both.")),
+]
+# n_embd values a notebook is likely to use: a learner who scales by sqrt(n_embd) uses one of them.
+COMMON_N_EMBD = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def _bug(label: str, key: str, **fields: object) -> Bug:
+    return Bug(label, TEXTS[key], fields)
+
+
+def _scale_bug(c: float, hs: int) -> Bug | None:
+    """What dividing the raw product by ``1 / c`` means; None for the right 1/sqrt(head_size)."""
+    d = 1 / c**2  # the learner computed product / sqrt(d)
+    if math.isclose(d, hs, rel_tol=1e-3):
+        return None
+    if math.isclose(d, 1, rel_tol=1e-3):
+        return _bug(NO_SCALING, "no_scaling", hs=hs)
+    if math.isclose(d, hs**2, rel_tol=1e-3):
+        return _bug(SCALED_BY_HEAD_SIZE, "by_head_size", hs=hs, root=math.sqrt(hs))
+    if d > hs:
+        return _bug(SCALED_BY_N_EMBD, "by_n_embd", d=d, hs=hs)
+    if d < 1:
+        return _bug(WRONG_SCALING, "multiplied", factor=c * math.sqrt(hs))
+    return _bug(WRONG_SCALING, "other_scale", d=d, hs=hs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Scores
+
+
+_PRODUCT = {
+    "qk": lambda q, k: q @ k.transpose(-2, -1),
+    "kq": lambda q, k: k @ q.transpose(-2, -1),
+    "q_at_k": lambda q, k: q @ k,
+    "qT_at_k": lambda q, k: q.transpose(-2, -1) @ k,
+}
+
+
+def _diagnose_scores(out: torch.Tensor, case: Case) -> list[Bug] | None:
+    """Scores that are some product of q and k times a constant: name the product, then the scale."""
+    q, k = case.args
+    for key, product in _PRODUCT.items():
+        try:
+            p = product(q, k).double()
+        except RuntimeError:
+            continue
+        if p.shape != out.shape:
+            continue
+        c = (out.double() * p).sum().item() / (p * p).sum().item()
+        if c <= 0 or not close(out, c * p):
+            continue
+        bugs = [] if key == "qk" else [_bug(KQ_TRANSPOSED if key == "kq" else MISSING_TRANSPOSE, key)]
+        scale = _scale_bug(c, q.size(-1))
+        return bugs + ([scale] if scale else []) or None
+    return None
+
+
+@learner_check
+def check_attention_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *, strict: bool = False,
+                           hidden: bool = False) -> CheckResult:
+    """Check ``fn(q, k)`` -> scaled scores ``q @ k^T / sqrt(head_size)`` of shape (B, T, T).
+
+    ``q`` and ``k`` have shape (B, T, head_size).
+    """
+    name = "check_attention_scores"
+    require_callable(name, fn)
+    # The first input has T == head_size, so that a missing transpose still runs and can be named;
+    # the second has T != head_size, to catch code that reads d_k from the wrong dimension.
+    sizes = [(0, (2, 6, 6)), (1, (3, 5, 8))] + ([(30, (1, 7, 16)), (31, (4, 3, 2))] if hidden else [])
+    cases = []
+    for seed, (B, T, hs) in sizes:
+        g = seeded(seed)
+        q, k = randn(g, B, T, hs), randn(g, B, T, hs)
+        cases.append(Case((q, k), say(TEXTS["case_qk"], shape=(B, T, hs)), lib.attention_scores(q, k)))
+    forbidden = Forbidden({lib.attention_scores: "gpt_lesson.attention.attention_scores",
+                           lib.naive_attention: "gpt_lesson.attention.naive_attention"})
+    return run_cases(Verdict(name), fn, cases, forbidden=forbidden, hints=TRANSPOSE_TEXTS, diagnose=_diagnose_scores,
+                     success=say(TEXTS["scores_passed"], count=len(cases)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Softmax
+
+
+def _softmax_cases(hidden: bool) -> list[Case]:
+    cases = []
+    sizes = [(2, (2, 5)), (3, (3, 7))] + ([(32, (1, 9)), (33, (2, 2))] if hidden else [])
+    for seed, (B, T) in sizes:
+        scores = randn(seeded(seed), B, T, T) * 2
+        cases.append(Case((scores.masked_fill(lib.causal_mask(T) == 0, float("-inf")),),
+                          say(TEXTS["case_scores"], shape=(B, T, T)), None))
+    # Large scores (100x and more, as lesson 04 suggests trying): exp overflows in float32 and float64.
+    # The second batch entry lies far below the first, so subtracting one global max underflows.
+    big = randn(seeded(4), 2, 4, 4) * 250
+    big[0] += 600
+    big[1] -= 1500
+    cases.append(Case((big.masked_fill(lib.causal_mask(4) == 0, float("-inf")),),
+                      say(TEXTS["case_large"], shape=(2, 4, 4)), None))
+    for case in cases:
+        case.expected = F.softmax(case.args[0], dim=-1)
+        case.variants = _softmax_variants()
+    return cases
+
+
+def _softmax_variants() -> list[Variant]:
+    def naive(s: torch.Tensor) -> torch.Tensor:
+        return s.exp() / s.exp().sum(dim=-1, keepdim=True)
+
+    def shifted(s: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        e = (s - m).exp()
+        return e / e.sum(dim=-1, keepdim=True)
+
+    return [
+        variant(SOFTMAX_WRONG_DIM, TEXTS["dim_keys"], lambda s: F.softmax(s, dim=-2)),
+        variant(SOFTMAX_WRONG_DIM, TEXTS["dim_batch"], lambda s: F.softmax(s, dim=0)),
+        variant(SOFTMAX_OVERFLOW, TEXTS["overflow"], naive),
+        variant(SOFTMAX_OVERFLOW, TEXTS["overflow"], lambda s: naive(s.double())),
+        variant(GLOBAL_MAX, TEXTS["global_max"], lambda s: shifted(s, s.max())),
+        variant(MAX_WRONG_DIM, TEXTS["max_dim"], lambda s: shifted(s, s.amax(dim=-2, keepdim=True))),
+        variant(LOG_SOFTMAX, TEXTS["log_softmax"], lambda s: F.log_softmax(s, dim=-1)),
+        variant(NOT_NORMALISED, TEXTS["not_normalised"], lambda s: (s - s.amax(dim=-1, keepdim=True)).exp()),
+        variant(NOT_NORMALISED, TEXTS["not_normalised"], lambda s: s.exp()),
+    ]
+
+
+@learner_check
+def check_softmax_weights(fn: Callable[[torch.Tensor], torch.Tensor], *, strict: bool = False,
+                          hidden: bool = False) -> CheckResult:
+    """Check ``fn(scores)`` -> attention weights: softmax over the last dimension (the keys).
+
+    The inputs are causal scores (-inf above the diagonal) and, last, scores so large that
+    ``exp(s) / sum`` overflows: a stable softmax subtracts each row's max first.
+    """
+    name = "check_softmax_weights"
+    require_callable(name, fn)
+    forbidden = Forbidden({lib.attention_weights: "gpt_lesson.attention.attention_weights",
+                           lib.naive_attention: "gpt_lesson.attention.naive_attention"})
+    return run_cases(Verdict(name), fn, _softmax_cases(hidden), forbidden=forbidden,
+                     success=say(TEXTS["softmax_passed"]))
+
+
+# ----------------------------------------------------------------------------------------------
+# One causal head
+
+
+def _head(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, product: str, scale: float | None, mask: str,
+          dim: int, values: str = "v") -> torch.Tensor:
+    """One causal head with chosen mistakes: the variants of :func:`check_causal_attention`."""
+    T, hs = q.size(-2), q.size(-1)
+    scores = _PRODUCT[product](q, k) * (hs**-0.5 if scale is None else scale)
+    tril, hidden = _masks(T)
+    hide = hidden.get(mask)
+    if hide is not None:
+        scores = scores.masked_fill(hide, float("-inf"))
+    elif mask == "zero":
+        scores = scores.masked_fill(tril == 0, 0.0)
+    elif mask == "added":
+        scores = scores + tril
+    weights = F.softmax(scores, dim=dim)
+    if mask == "after":
+        weights = weights.masked_fill(tril == 0, 0.0)
+    elif mask == "after -inf":
+        weights = weights.masked_fill(tril == 0, float("-inf"))
+    return weights @ {"v": v, "q": q, "k": k}[values]
+
+
+@functools.lru_cache(maxsize=16)
+def _masks(T: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The causal tril of size T and, for each way of masking, where it hides (True = hidden)."""
+    ones = torch.ones(T, T)
+    tril = torch.tril(ones)
+    return tril, {"before": tril == 0, "wrong triangle": tril.T == 0, "one ahead": torch.tril(ones, diagonal=1) == 0,
+                  "one behind": torch.tril(ones, diagonal=-1) == 0, "inverted": tril == 1}
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, diagonal: int, inverted: bool) -> torch.Tensor:
+    """SDPA with a bool mask that leaves some query nothing to see: zeros where the explicit head gives NaN."""
+    allowed = torch.tril(torch.ones(q.size(-2), q.size(-2)), diagonal=diagonal).bool()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=~allowed if inverted else allowed)
+
+
+def _head_variants(T: int, hs: int) -> Iterator[Variant]:
+    products = [("qk", None), ("kq", _bug(KQ_TRANSPOSED, "kq")), ("q_at_k", _bug(MISSING_TRANSPOSE, "q_at_k"))]
+    scales: list[tuple[object, Bug | None]] = [
+        (None, None), (1.0, _bug(NO_SCALING, "no_scaling", hs=hs)),
+        (1 / hs, _bug(SCALED_BY_HEAD_SIZE, "by_head_size", hs=hs, root=math.sqrt(hs))),
+        (math.sqrt(hs), _bug(WRONG_SCALING, "multiplied", factor=hs)),
+    ] + [(n**-0.5, _bug(SCALED_BY_N_EMBD, "by_n_embd", d=n, hs=hs)) for n in COMMON_N_EMBD if n != hs]
+    scales += [(T**-0.5, _bug(WRONG_SCALING, "by_length", T=T, hs=hs))] if T != hs else []
+    masks = [("before", None)] + [(m, _bug(label, key)) for m, label, key in [
+        ("after", MASK_AFTER_SOFTMAX, "after"), ("after -inf", MASK_AFTER_SOFTMAX, "after_inf"),
+        ("zero", MASK_WITH_ZERO, "zero"), ("none", NO_MASK, "none"), ("wrong triangle", MASK_WRONG_TRIANGLE, "triu"),
+        ("one ahead", MASK_ONE_OFF, "one_ahead"), ("one behind", MASK_ONE_OFF, "one_behind"),
+        ("added", FLOAT_MASK_ADDED, "added"), ("inverted", BOOL_MASK_INVERTED, "inverted")]]
+    dims = [(-1, None), (-2, _bug(SOFTMAX_WRONG_DIM, "dim_head"))]
+    values = [("v", None)] + [(t, _bug(WEIGHTS_NOT_ON_V, "not_v", used=t)) for t in ("q", "k")]
+    yield Variant((_bug(BOOL_MASK_INVERTED, "inverted"),), lambda q, k, v: _sdpa(q, k, v, 0, True))
+    yield Variant((_bug(MASK_ONE_OFF, "one_behind"),), lambda q, k, v: _sdpa(q, k, v, -1, False))
+    yield from combinations([products, scales, masks, dims, values], _head, max_bugs=2)
+
+
+@learner_check
+def check_causal_attention(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor], *,
+                           strict: bool = False, hidden: bool = False) -> CheckResult:
+    """Check ``fn(q, k, v)`` -> output (B, T, head_size) of one causal attention head.
+
+    ``q``, ``k``, ``v`` have shape (B, T, head_size); scores are scaled by 1/sqrt(head_size).
+    Any correct way passes: explicit masked_fill, ``F.scaled_dot_product_attention`` with
+    ``is_causal=True`` or a bool mask, einsum.
+    """
+    name = "check_causal_attention"
+    require_callable(name, fn)
+    sizes = [(4, (2, 6, 6)), (5, (3, 5, 8))] + ([(34, (1, 9, 4)), (35, (2, 1, 8))] if hidden else [])
+    cases = []
+    for seed, (B, T, hs) in sizes:
+        g = seeded(seed)
+        q, k, v = (randn(g, B, T, hs) for _ in range(3))
+        expected = lib.naive_attention(q, k, v, lib.causal_mask(T))[0]
+        cases.append(Case((q, k, v), say(TEXTS["case_qkv"], shape=(B, T, hs)), expected, _head_variants(T, hs)))
+    forbidden = Forbidden({lib.naive_attention: "gpt_lesson.attention.naive_attention",
+                           lib.sdpa_attention: "gpt_lesson.attention.sdpa_attention",
+                           model.CausalSelfAttention: "gpt_lesson.model.CausalSelfAttention",
+                           reference.CausalSelfAttention: "gpt_lesson.reference.CausalSelfAttention"})
+    return run_cases(Verdict(name), fn, cases, forbidden=forbidden, hints=TRANSPOSE_TEXTS + MASK_SIZE_TEXTS,
+                     success=say(TEXTS["head_passed"]))
