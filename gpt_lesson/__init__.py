@@ -7,7 +7,7 @@ The library, in the order the lessons build it:
   model with the course's options layered on);
 * :mod:`gpt_lesson.reference`: the source model exactly as written, to compare against;
 * :mod:`gpt_lesson.data`: character tokenizer, Tiny Shakespeare loader, batches;
-* :mod:`gpt_lesson.training`: the training loop and checkpoints;
+* :mod:`gpt_lesson.training`: the training loop; :mod:`gpt_lesson.checkpoints`: saving and loading;
 * :mod:`gpt_lesson.sampling`: generation, with or without a KV cache;
 * :mod:`gpt_lesson.distributed` and ``python -m gpt_lesson.train_ddp``: data-parallel training.
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import inspect
 import os
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import ContextManager, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .validation import check_positive_int
+from .validation import check_choice, check_int, check_positive_int
 
 __all__ = [
     "BACKENDS",
@@ -70,14 +70,15 @@ class DistContext:
         return self.rank == 0
 
 
-def _env_int(env: Mapping[str, str], name: str) -> int:
+def _env_int(env: Mapping[str, str], name: str, minimum: int, maximum: int | None = None, rule: str | None = None) -> int:
     raw = env.get(name)
     if raw is None:
         raise ValueError(f"${name} is not set; torchrun sets RANK, WORLD_SIZE and LOCAL_RANK together")
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ValueError(f"${name}={raw!r} must be an integer") from None
+    return check_int(f"${name}", value, minimum=minimum, maximum=maximum, rule=rule)
 
 
 def ranks_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int] | None:
@@ -85,14 +86,9 @@ def ranks_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]
     env = os.environ if env is None else env
     if not any(name in env for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
         return None
-    rank, world_size = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
-    local_rank = _env_int(env, "LOCAL_RANK")
-    if world_size < 1:
-        raise ValueError(f"$WORLD_SIZE={world_size} must be >= 1")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"$RANK={rank} must be in [0, WORLD_SIZE={world_size})")
-    if not 0 <= local_rank <= rank:
-        raise ValueError(f"$LOCAL_RANK={local_rank} must be in [0, RANK={rank}]")
+    world_size = _env_int(env, "WORLD_SIZE", 1)
+    rank = _env_int(env, "RANK", 0, world_size - 1, f"in [0, WORLD_SIZE={world_size})")
+    local_rank = _env_int(env, "LOCAL_RANK", 0, rank, f"in [0, RANK={rank}]")
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if not env.get(name):
             raise ValueError(f"${name} is not set; launch with torchrun, which sets it for every process")
@@ -105,8 +101,8 @@ def setup(backend: str | None = None) -> DistContext:
     ``backend`` defaults to ``nccl`` when CUDA is available and ``gloo`` otherwise; with
     ``nccl`` each process uses the GPU ``cuda:LOCAL_RANK``.
     """
-    if backend is not None and backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+    if backend is not None:
+        check_choice("backend", backend, BACKENDS)
     ranks = ranks_from_env()
     if ranks is None:
         return DistContext(device="cuda" if torch.cuda.is_available() else "cpu")
@@ -158,7 +154,7 @@ def wrap_model(model: nn.Module, device: str = "cpu") -> nn.Module:
     return DDP(model, device_ids=device_ids, **{_NO_BUFFER_SYNC: False})
 
 
-def sync_gradients(model: nn.Module, sync: bool) -> ContextManager:
+def sync_gradients(model: nn.Module, sync: bool) -> AbstractContextManager:
     """A context for one micro-batch's backward: DDP all-reduces only when ``sync`` is True.
 
     When accumulating, every micro-batch but the last runs under ``model.no_sync()`` so the

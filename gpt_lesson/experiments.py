@@ -10,11 +10,11 @@ import math
 
 import torch
 
-from .validation import check_choice, check_instance, check_int, check_number, check_positive_int, check_token_ids
 from .attention import apply_mask, attention_scores, attention_weights, padding_mask, weighted_sum
 from .data import CharTokenizer
 from .model import GPT, GPTConfig
 from .training import History, TrainConfig, train
+from .validation import check_choice, check_instance, check_int, check_number, check_positive_int, check_token_ids
 
 __all__ = [
     "scale_factor",
@@ -232,8 +232,7 @@ def layernorm_placement_gradients(
     """
     from .model import Block
 
-    if order not in ("pre", "post"):
-        raise ValueError(f"order={order!r} is not one of ('pre', 'post')")
+    check_choice("order", order, ("pre", "post"))
     check_positive_int("n_layer", n_layer)
     totals = [0.0] * n_layer
     for seed in seeds:

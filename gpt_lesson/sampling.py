@@ -12,33 +12,38 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .validation import check_bool, check_token_ids
 from .model import GPT, KVCache
+from .validation import check_bool, check_int, check_number, check_tensor, check_token_ids
 
 __all__ = ["next_token_probs", "sample_next", "generate"]
 
+# Below this temperature, logits / temperature can overflow to inf (and 1e-300 is 0 in float32):
+# the logits are then shifted so their largest is 0 and divided in float64, which gives the same
+# softmax in real numbers and never a NaN. Above it, the plain division keeps the usual rounding.
+_TINY_TEMPERATURE = 1e-3
+
 
 def _check_sampling(temperature: object, top_k: object, vocab_size: int) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature={temperature!r} must be a number (0 means greedy)")
-    if temperature < 0:
-        raise ValueError(f"temperature={temperature} must be >= 0 (0 means greedy decoding)")
+    check_number("temperature", temperature, minimum=0, rule=">= 0; 0 means greedy decoding")
     if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int):
-            raise TypeError(f"top_k={top_k!r} must be an integer or None")
-        if not 1 <= top_k <= vocab_size:
-            raise ValueError(f"top_k={top_k} must be between 1 and vocab_size={vocab_size}")
+        check_int("top_k", top_k, minimum=1, maximum=vocab_size, rule=f"between 1 and vocab_size={vocab_size}")
 
 
 def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
     """The distribution sampling draws from: ``softmax(logits / temperature)`` over the top k.
 
-    ``temperature=0`` gives the one-hot distribution of greedy decoding.
+    ``temperature=0`` gives the one-hot distribution of greedy decoding; a tiny temperature
+    gives (nearly) the same, never NaN.
     """
+    check_tensor("logits", logits, min_dim=1)
     _check_sampling(temperature, top_k, logits.size(-1))
     if temperature == 0:
         return F.one_hot(logits.argmax(dim=-1), logits.size(-1)).to(logits.dtype)
-    logits = logits / temperature
+    if temperature < _TINY_TEMPERATURE:
+        shifted = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature  # <= 0: -inf at worst
+        logits = shifted.to(logits.dtype)
+    else:
+        logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -53,10 +58,17 @@ def sample_next(
 ) -> torch.Tensor:
     """One token id per row of ``logits`` (B, vocab) -> (B, 1)."""
     if temperature == 0:
+        check_tensor("logits", logits, min_dim=1)
         _check_sampling(temperature, top_k, logits.size(-1))
         return logits.argmax(dim=-1, keepdim=True)
     probs = next_token_probs(logits, temperature, top_k)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
+    try:
+        return torch.multinomial(probs, num_samples=1, generator=generator)
+    except RuntimeError:
+        if not bool(torch.isfinite(logits).all()):  # checked only on failure: the loop stays as fast
+            raise ValueError("logits hold NaN or infinite values, so there is no distribution to sample from; "
+                             "the model's weights or input are broken (a diverged training run?)") from None
+        raise
 
 
 def generate(

@@ -20,14 +20,26 @@ Why these settings (measured on a 2-core CPU, see lesson 09 and ``benchmarks/``)
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
 from .data import CharTokenizer, cache_dir, load_tiny_shakespeare, train_val_split
+from .i18n import _
 from .model import GPT, GPTConfig
-from .training import History, TrainConfig, evaluate_split, load_checkpoint, save_checkpoint, set_seed, train
+from .training import (
+    CheckpointError,
+    History,
+    TrainConfig,
+    evaluate_split,
+    load_checkpoint,
+    save_checkpoint,
+    set_seed,
+    train,
+)
+from .validation import check_bool, check_instance, check_path
 
 __all__ = [
     "SHAKESPEARE_CONFIG",
@@ -93,6 +105,14 @@ def _settings(config: GPTConfig, train_config: TrainConfig) -> dict:
     return {"config": config.to_dict(), "train_config": tc}
 
 
+def _check_settings(config: object, train_config: object, path: object) -> tuple[GPTConfig, TrainConfig, Path]:
+    """The defaults filled in and every argument checked."""
+    config = SHAKESPEARE_CONFIG if config is None else check_instance("config", config, GPTConfig)
+    train_config = TRAIN_CONFIG if train_config is None else check_instance("train_config", train_config, TrainConfig)
+    path = checkpoint_path() if path is None else check_path("path", path)
+    return config, train_config, path  # type: ignore[return-value]
+
+
 def train_model(
     progress: bool = True,
     *,
@@ -107,9 +127,9 @@ def train_model(
     final model under ``extra["val_loss"]``) so lesson 09 can plot the run without
     repeating it.
     """
-    config = config or SHAKESPEARE_CONFIG
-    train_config = replace(train_config or TRAIN_CONFIG, progress=progress, checkpoint_path=None)
-    _, tokenizer, train_data, val_data = load_data()
+    config, train_config, path = _check_settings(config, train_config, path)
+    train_config = replace(train_config, progress=check_bool("progress", progress), checkpoint_path=None)
+    tokenizer, train_data, val_data = load_data()[1:]
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(
             f"config.vocab_size={config.vocab_size} does not match the data's {tokenizer.vocab_size} characters"
@@ -119,7 +139,7 @@ def train_model(
     history = train(model, train_data, val_data, train_config)
     val_loss = evaluate_split(model, val_data, device=train_config.device)
     extra = {"history": history.to_dict(), "val_loss": val_loss, **_settings(config, train_config)}
-    save_checkpoint(path if path is not None else checkpoint_path(), model, extra=extra)
+    save_checkpoint(path, model, extra=extra)
     model.eval()
     return model, history
 
@@ -138,17 +158,26 @@ def load_trained(
     whole validation split) and the settings that made the weights. The checkpoint is
     read with ``weights_only=True``.
     """
-    config = config or SHAKESPEARE_CONFIG
-    train_config = train_config or TRAIN_CONFIG
-    path = Path(path) if path is not None else checkpoint_path()
-    _, tokenizer, _, _ = load_data()
+    config, train_config, path = _check_settings(config, train_config, path)
+    check_bool("train_if_missing", train_if_missing)
+    check_bool("progress", progress)
+    tokenizer = load_data()[1]
     wanted = _settings(config, train_config)
     extra: dict | None = None
     if path.is_file():
-        model, ckpt = load_checkpoint(path)
-        extra = ckpt.get("extra", {})
-        if {"config": extra.get("config"), "train_config": extra.get("train_config")} != wanted:
-            extra = None  # made with other settings: do not pass it off as this model
+        try:
+            model, ckpt = load_checkpoint(path)
+        except CheckpointError as e:
+            if not train_if_missing:
+                raise CheckpointError(path, e.problem, "Call load_trained_model(train_if_missing=True) to train it "
+                                                       "again and replace the file") from None
+            warnings.warn(_("the cached model {path} could not be used ({problem}); training it again and "
+                            "replacing the file").format(path=path, problem=e.problem), stacklevel=2)
+        else:
+            extra = ckpt.get("extra")
+            if not isinstance(extra, dict) or {"config": extra.get("config"),
+                                               "train_config": extra.get("train_config")} != wanted:
+                extra = None  # made with other settings: do not pass it off as this model
     if extra is None:
         if not train_if_missing:
             raise FileNotFoundError(

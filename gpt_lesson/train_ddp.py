@@ -17,22 +17,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from . import distributed
-from .data import CharTokenizer, load_tiny_shakespeare, train_val_split
-from .model import GPT
+from .data import CharTokenizer, load_tiny_shakespeare, train_val_split, write_atomically
+from .model import GPT, GPTConfig
 from .training import History, TrainConfig, train
+from .validation import check_int, check_path, check_positive_int
 
-__all__ = ["InjectedFailure", "build_parser", "run", "main", "median_step_seconds"]
+__all__ = ["InjectedFailure", "build_parser", "check_args", "load_tokens", "run", "main", "median_step_seconds",
+           "timed_steps"]
 
 
 class InjectedFailure(RuntimeError):
@@ -80,44 +79,86 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def timed_steps(step_seconds: list[float], eval_steps: list[int]) -> list[float]:
+    """The step times worth timing: all but the first step (warm-up) and the steps that evaluated."""
+    skip = set(eval_steps) | {1}
+    return [t for i, t in enumerate(step_seconds, start=1) if i not in skip]
+
+
 def median_step_seconds(step_seconds: list[float], eval_steps: list[int]) -> float:
     """Median wall time of a training step, leaving out the first step and the steps that evaluated."""
-    skip = set(eval_steps) | {1}
-    times = [t for i, t in enumerate(step_seconds, start=1) if i not in skip]
+    times = timed_steps(step_seconds, eval_steps)
     if not times:
         raise ValueError("no step left to time: run more steps than the first and the evaluation steps")
     return statistics.median(times)
 
 
-def _load_tokens(path: str | None, max_chars: int | None) -> tuple[torch.Tensor, CharTokenizer]:
-    text = Path(path).read_text(encoding="utf-8") if path else load_tiny_shakespeare()
+def check_args(args: argparse.Namespace) -> None:
+    """Check the command line before any process group or data: each error names its option."""
+    for option in ("max_steps", "batch_size", "eval_interval", "eval_iters", "n_layer", "n_head", "n_embd",
+                   "block_size"):
+        check_positive_int("--" + option.replace("_", "-"), getattr(args, option))
+    for option in ("max_chars", "micro_batch_size", "grad_accum_steps", "fail_at_step"):
+        if getattr(args, option) is not None:
+            check_positive_int("--" + option.replace("_", "-"), getattr(args, option))
+    check_int("--fail-rank", args.fail_rank, minimum=0)
+    for option in ("data", "checkpoint", "history"):
+        check_path("--" + option, getattr(args, option), allow_none=True)
+    # The sizes and the training settings, as the library checks them (vocab_size is not known yet);
+    # an error names the option too: "--lr: learning_rate=inf must be a finite number (> 0)".
+    try:
+        GPTConfig(1, args.n_embd, args.n_head, args.n_layer, args.block_size, dropout=args.dropout)
+        TrainConfig(max_steps=args.max_steps, batch_size=args.batch_size, learning_rate=args.lr,
+                    min_lr=args.min_lr, warmup_steps=args.warmup_steps, eval_interval=args.eval_interval,
+                    eval_iters=args.eval_iters, seed=args.seed, progress=False)
+    except (TypeError, ValueError) as e:
+        field = str(e).split("=", 1)[0]
+        option = {"learning_rate": "--lr"}.get(field, "--" + field.replace("_", "-"))
+        raise type(e)(f"{option}: {e}") from None
+
+
+def load_tokens(path: str | None, max_chars: int | None) -> tuple[torch.Tensor, CharTokenizer]:
+    """The token ids and tokenizer of ``--data`` (Tiny Shakespeare without it), cut to ``--max-chars``."""
+    if path is None:
+        text = load_tiny_shakespeare()
+    else:
+        file = check_path("--data", path)
+        if not file.is_file():  # type: ignore[union-attr]
+            raise FileNotFoundError(f"--data {file}: no such file")
+        raw = file.read_bytes()  # type: ignore[union-attr]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"--data {file} is not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {e.start:,} "
+                             "cannot be decoded. Give a plain text file (a binary file such as a checkpoint or "
+                             "an image cannot be read as characters)") from None
+        if not text:
+            raise ValueError(f"--data {file} is empty; give a text file to train on")
     if max_chars is not None:
-        text = text[:max_chars]
+        text = text[:check_positive_int("--max-chars", max_chars)]
     tok = CharTokenizer(text)
     return torch.tensor(tok.encode(text), dtype=torch.long), tok
 
 
 def _write_json_atomically(path: str, payload: dict) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1)
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    data = json.dumps(payload, indent=1).encode("utf-8")
+    write_atomically(check_path("--history", path), lambda f: f.write(data), suffix=".tmp", what="the history")
 
 
-def run(args: argparse.Namespace, ctx: distributed.DistContext) -> History:
-    """Build the data and model, train with :func:`gpt_lesson.training.train`, report on rank 0."""
+def run(args: argparse.Namespace, ctx: distributed.DistContext,
+        tokens: tuple[torch.Tensor, CharTokenizer] | None = None) -> History:
+    """Build the data and model, train with :func:`gpt_lesson.training.train`, report on rank 0.
+
+    ``tokens`` is what :func:`load_tokens` returns, when the caller has loaded it already.
+    """
+    check_args(args)
     if args.fail_at_step is not None and not 0 <= args.fail_rank < ctx.world_size:
         raise ValueError(f"--fail-rank={args.fail_rank} is not a rank of this run (world size {ctx.world_size})")
     if args.micro_batch_size is not None:
         accum = distributed.grad_accum_steps_for(args.batch_size, args.micro_batch_size, ctx.world_size)
     else:
         accum = args.grad_accum_steps or 1
-    data, tok = _load_tokens(args.data, args.max_chars)
+    data, tok = tokens if tokens is not None else load_tokens(args.data, args.max_chars)
     train_data, val_data = train_val_split(data)
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP checks by copying rank 0's)
     model = GPT(tok.vocab_size, args.n_embd, args.n_head, args.n_layer, args.block_size, dropout=args.dropout)
@@ -145,9 +186,11 @@ def run(args: argparse.Namespace, ctx: distributed.DistContext) -> History:
     hist = train(model, train_data, val_data, cfg, callback=on_step)
     if ctx.is_main:
         step_seconds = [b - a for a, b in zip([start] + stamps[:-1], stamps)]
-        median = median_step_seconds(step_seconds, hist.eval_step)
-        print(f"step {hist.step[-1]}: train loss {hist.train[-1]:.4f}, val loss {hist.val[-1]:.4f}; "
-              f"median step {1000 * median:.1f} ms")
+        timed = timed_steps(step_seconds, hist.eval_step)
+        median = statistics.median(timed) if timed else None  # None: every step after the first evaluated
+        timing = (f"median step {1000 * median:.1f} ms" if median is not None else
+                  "median step not measured (every step but the first evaluated; raise --eval-interval)")
+        print(f"step {hist.step[-1]}: train loss {hist.train[-1]:.4f}, val loss {hist.val[-1]:.4f}; {timing}")
         if args.checkpoint:
             print(f"checkpoint written to {args.checkpoint}")
         if args.history:
@@ -162,9 +205,18 @@ def run(args: argparse.Namespace, ctx: distributed.DistContext) -> History:
 
 @record  # torchrun then prints the failed rank's exception in its summary
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_args(args)
+    except (TypeError, ValueError) as e:
+        parser.error(str(e))  # exits with status 2, before any process group or data
+    try:
+        tokens = load_tokens(args.data, args.max_chars)
+    except (OSError, ValueError) as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
     with distributed.process_group(args.backend) as ctx:
-        run(args, ctx)
+        run(args, ctx, tokens)
     return 0
 
 

@@ -1,6 +1,9 @@
 """The course's training loop: seeded batches, AdamW, warmup + cosine schedule,
 periodic train/val estimates, a tqdm progress bar and safe checkpoints.
 
+Checkpoints are written and read by :mod:`gpt_lesson.checkpoints` (``save_checkpoint``,
+``load_checkpoint``, also importable from here).
+
 One loop serves every lesson. ``batch_size`` is the *global* batch of one optimizer
 step; it is drawn from one seeded generator and cut into ``grad_accum_steps``
 micro-batches, so the gradient of a step does not depend on how it is cut up.
@@ -16,21 +19,30 @@ With one process all of that reduces to the plain loop, operation for operation.
 from __future__ import annotations
 
 import math
-import os
 import random
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
 
 from . import distributed
-from .validation import check_positive_int, check_tensor
+from .checkpoints import CheckpointError, load_checkpoint, non_finite_tensors, save_checkpoint
 from .data import get_batch
-from .model import GPT, GPTConfig
+from .model import GPT
+from .validation import (
+    check_bool,
+    check_device,
+    check_instance,
+    check_int,
+    check_longer_than_block,
+    check_number,
+    check_path,
+    check_positive_int,
+    check_tensor,
+    check_token_ids,
+)
 
 __all__ = [
     "set_seed",
@@ -41,31 +53,27 @@ __all__ = [
     "evaluate_split",
     "micro_batches",
     "History",
+    "TrainingDiverged",
     "train",
+    "CheckpointError",
     "save_checkpoint",
     "load_checkpoint",
 ]
 
+MAX_SEED = 2**63 - 1  # torch's generators take 64-bit seeds; runs use seed + rank and seed + 1
+
 
 def set_seed(seed: int) -> None:
     """Seed Python's and PyTorch's random generators."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed={seed!r} must be an integer")
+    check_int("seed", seed, minimum=0, maximum=MAX_SEED)
     random.seed(seed)
     torch.manual_seed(seed)
 
 
 def pick_device(preferred: str | None = None) -> str:
     """``preferred`` if given and available, else the best of cuda, mps, cpu."""
-    choices = ("cuda", "mps", "cpu")
     if preferred is not None:
-        if preferred not in choices:
-            raise ValueError(f"device={preferred!r} is not one of {choices}")
-        if preferred == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device='cuda' was asked for but torch.cuda.is_available() is False")
-        if preferred == "mps" and not torch.backends.mps.is_available():
-            raise ValueError("device='mps' was asked for but torch.backends.mps.is_available() is False")
-        return preferred
+        return check_device("device", preferred)
     if torch.cuda.is_available():
         return "cuda"
     if torch.backends.mps.is_available():
@@ -94,14 +102,26 @@ class TrainConfig:
     checkpoint_path: str | None = None
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field (``train`` calls it again, in case a field was changed after creation)."""
         for name in ("max_steps", "batch_size", "grad_accum_steps", "eval_interval", "eval_iters"):
             check_positive_int(name, getattr(self, name))
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps={self.warmup_steps!r} must be an integer >= 0")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
-        if self.min_lr is not None and not 0 <= self.min_lr <= self.learning_rate:
-            raise ValueError(f"min_lr={self.min_lr} must be between 0 and learning_rate={self.learning_rate}")
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        check_number("learning_rate", self.learning_rate, minimum=0, min_open=True)
+        check_number("min_lr", self.min_lr, minimum=0, maximum=self.learning_rate, allow_none=True,
+                     rule=f"in [0, learning_rate={self.learning_rate}], or None for a constant rate")
+        check_number("weight_decay", self.weight_decay, minimum=0)
+        check_number("beta2", self.beta2, minimum=0, maximum=1, max_open=True)
+        # 0 would freeze training, a negative norm turn it into gradient ascent.
+        check_number("grad_clip", self.grad_clip, minimum=0, min_open=True, allow_none=True,
+                     rule="> 0 (the largest gradient norm), or None for no clipping")
+        check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
+        self.device = check_device("device", self.device)
+        check_bool("progress", self.progress)
+        path = check_path("checkpoint_path", self.checkpoint_path, allow_none=True)
+        self.checkpoint_path = None if path is None else str(path)  # a str: checkpoints hold no Path objects
         if self.batch_size % self.grad_accum_steps:
             raise ValueError(
                 f"batch_size={self.batch_size} is not divisible by grad_accum_steps={self.grad_accum_steps}; "
@@ -134,6 +154,8 @@ def estimate_loss(
     The batches come from a generator seeded with ``seed``, so every estimate of a run
     uses the same batches and successive estimates are comparable.
     """
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("eval_iters", eval_iters)
     was_training = model.training
     model.eval()
     out = {}
@@ -150,10 +172,10 @@ def estimate_loss(
 def evaluate_split(model: GPT, data: torch.Tensor, batch_size: int = 64, device: str = "cpu") -> float:
     """The exact mean loss over every non-overlapping ``block_size`` window of ``data``."""
     check_tensor("data", data, dims=1)
+    check_positive_int("batch_size", batch_size)
     T = model.config.block_size
+    check_longer_than_block("data", data, T)
     n = (len(data) - 1) // T
-    if n == 0:
-        raise ValueError(f"data has {len(data)} tokens; it needs more than block_size={T}")
     x = data[: n * T].view(n, T)
     y = data[1: n * T + 1].view(n, T)
     was_training = model.training
@@ -168,6 +190,10 @@ def evaluate_split(model: GPT, data: torch.Tensor, batch_size: int = 64, device:
 
 def micro_batches(x: torch.Tensor, y: torch.Tensor, n_micro: int, rank: int = 0, world_size: int = 1):
     """This rank's share of a global batch, cut into ``n_micro`` equal micro-batches."""
+    check_tensor("x", x, min_dim=1)
+    check_positive_int("n_micro", n_micro)
+    check_positive_int("world_size", world_size)
+    check_int("rank", rank, minimum=0, maximum=world_size - 1, rule=f"in [0, world_size={world_size})")
     B = x.size(0)
     if B % (n_micro * world_size):
         raise ValueError(f"batch of {B} rows cannot be cut into {world_size} ranks x {n_micro} micro-batches")
@@ -189,8 +215,56 @@ class History:
     tokens: int = 0
     seconds: float = 0.0
 
+    def record(self, step: int, loss: float, lr: float, tokens: int) -> None:
+        """Add one optimizer step: its number (from 1), mean loss, learning rate and tokens seen."""
+        self.step.append(step)
+        self.loss.append(loss)
+        self.lr.append(lr)
+        self.tokens += tokens
+
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+class TrainingDiverged(FloatingPointError):
+    """The loss (or the weights) stopped being finite numbers: the run diverged and was stopped.
+
+    ``step`` is the optimizer step (from 1) where it was seen; ``history`` holds the steps before.
+    """
+
+    def __init__(self, message: str, step: int, history: History) -> None:
+        super().__init__(message)
+        self.step, self.history = step, history
+
+
+def _diverged(step: int, what: str, cfg: TrainConfig, hist: History, bar=None) -> TrainingDiverged:
+    if bar is not None:
+        bar.close()
+    kept = f"; {cfg.checkpoint_path} was left as it was" if cfg.checkpoint_path else ""
+    return TrainingDiverged(
+        f"training stopped at step {step}: {what}. The run diverged, so its weights are no longer usable and "
+        f"nothing was saved{kept}. Try a lower learning_rate (now {cfg.learning_rate:g}), gradient clipping "
+        f"(grad_clip, now {cfg.grad_clip}) or a warmup (warmup_steps, now {cfg.warmup_steps})", step, hist)
+
+
+def _check_weights(model: GPT, cfg: TrainConfig, hist: History) -> None:
+    bad = non_finite_tensors(model.state_dict())
+    if bad:
+        raise _diverged(len(hist.step), f"the last update made the weights non-finite (NaN or inf in {bad[0]})",
+                        cfg, hist)
+
+
+def _check_run(model: object, train_data: object, val_data: object, cfg: object) -> TrainConfig:
+    """``train``'s arguments, checked before anything moves: the config (again) and the two token sequences."""
+    check_instance("model", model, GPT)
+    cfg = TrainConfig() if cfg is None else check_instance("cfg", cfg, TrainConfig)
+    cfg.validate()  # type: ignore[union-attr]
+    c = model.config  # type: ignore[union-attr]
+    for name, data in (("train_data", train_data), ("val_data", val_data)):
+        check_tensor(name, data, dims=1)
+        check_token_ids(data.reshape(1, -1), c.vocab_size, name=name)  # type: ignore[union-attr]
+        check_longer_than_block(name, data, c.block_size)  # type: ignore[arg-type]
+    return cfg  # type: ignore[return-value]
 
 
 def train(
@@ -209,9 +283,9 @@ def train(
     each of the ``world_size`` ranks runs ``grad_accum_steps`` micro-batches of
     ``batch_size / (world_size * grad_accum_steps)`` rows. ``callback`` runs on every rank.
     """
-    cfg = cfg or TrainConfig()
-    check_tensor("train_data", train_data, dims=1)
-    check_tensor("val_data", val_data, dims=1)
+    cfg = _check_run(model, train_data, val_data, cfg)
+    # A NaN or infinite loss stops the run at once (TrainingDiverged), before the update,
+    # so a diverged run never reaches save_checkpoint and a good file is never replaced.
     rank, world_size = distributed.rank_and_world_size()
     if cfg.batch_size % (cfg.grad_accum_steps * world_size):
         raise ValueError(
@@ -262,14 +336,13 @@ def train(
                 (loss / cfg.grad_accum_steps).backward()  # DDP then averages over the ranks
             step_loss += loss.item() / cfg.grad_accum_steps
         step_loss = distributed.all_reduce_mean(step_loss, device=device)
+        if not math.isfinite(step_loss):  # every rank sees the same mean, so every rank stops here
+            raise _diverged(step + 1, f"the loss is {step_loss} (learning rate {lr:g} at this step)", cfg, hist, bar)
         if cfg.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        hist.step.append(step + 1)
-        hist.loss.append(step_loss)
-        hist.lr.append(lr)
-        hist.tokens += x.numel()
+        hist.record(step + 1, step_loss, lr, x.numel())
         if (step + 1) % cfg.eval_interval == 0 or step + 1 == cfg.max_steps:
             evaluate(step + 1)
             bar.set_postfix(train=f"{hist.train[-1]:.3f}", val=f"{hist.val[-1]:.3f}")
@@ -277,38 +350,10 @@ def train(
             callback(step + 1, hist)
     bar.close()
     hist.seconds = time.perf_counter() - start
+    _check_weights(model, cfg, hist)  # the last update could still have made them NaN
     if cfg.checkpoint_path:
         # Only a run that every rank finished is saved: a failed rank never reaches the barrier.
         distributed.barrier()
         if is_main:
             save_checkpoint(cfg.checkpoint_path, model, extra={"history": hist.to_dict(), "train_config": asdict(cfg)})
     return hist
-
-
-def save_checkpoint(path: str | os.PathLike, model: GPT, extra: dict | None = None) -> Path:
-    """Write the weights and config to ``path`` atomically (a temp file, then a rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"model": model.state_dict(), "config": model.config.to_dict(), "extra": extra or {}}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
-
-
-def load_checkpoint(path: str | os.PathLike, model: GPT | None = None, device: str = "cpu") -> tuple[GPT, dict]:
-    """Load a checkpoint with ``weights_only=True``; builds the model from its config when none is given."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    ckpt = torch.load(path, map_location=device, weights_only=True)
-    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
-        raise ValueError(f"{path} is not a gpt_lesson checkpoint (expected keys 'model' and 'config')")
-    if model is None:
-        model = GPT(GPTConfig(**ckpt["config"]))
-    model.load_state_dict(ckpt["model"], strict=True)
-    return model.to(device), ckpt

@@ -8,7 +8,9 @@ argument, the value and the rule (``n_embd=65 is not divisible by n_head=4``).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+import os
+from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -20,8 +22,12 @@ __all__ = [
     "check_probability",
     "check_scale",
     "check_choice",
+    "check_instance",
+    "check_path",
+    "check_device",
     "check_tensor",
     "check_token_ids",
+    "check_longer_than_block",
 ]
 
 
@@ -32,14 +38,25 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
-def check_int(name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """Raise unless ``value`` is an int (not a bool) within ``[minimum, maximum]``."""
+def check_int(
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    rule: str | None = None,
+) -> int:
+    """Raise unless ``value`` is an int (not a bool) within ``[minimum, maximum]``.
+
+    ``rule`` words the bounds for the message when plain numbers would not say where they
+    come from (``rule="between 1 and vocab_size=65"``).
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}={value!r} must be an integer, got {type(value).__name__}")
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name}={value} must be >= {minimum}")
+        raise ValueError(f"{name}={value} must be {rule or f'>= {minimum}'}")
     if maximum is not None and value > maximum:
-        raise ValueError(f"{name}={value} must be <= {maximum}")
+        raise ValueError(f"{name}={value} must be {rule or f'<= {maximum}'}")
     return int(value)
 
 
@@ -71,19 +88,21 @@ def check_number(
     min_open: bool = False,
     max_open: bool = False,
     allow_none: bool = False,
+    rule: str | None = None,
 ) -> float | None:
     """Raise unless ``value`` is a finite real number within the given bounds.
 
     ``min_open``/``max_open`` exclude the bound itself (``minimum=0, min_open=True``
     means "> 0"). ``allow_none`` lets ``None`` through (for "off" settings). NaN and
-    infinities are always refused: they never make sense as a setting.
+    infinities are always refused: they never make sense as a setting. ``rule`` words
+    the bounds for the message (``rule="in [0, learning_rate=0.001]"``).
     """
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         extra = " or None" if allow_none else ""
         raise TypeError(f"{name}={value!r} must be a number{extra}, got {type(value).__name__}")
-    rule = _bound_text(minimum, maximum, min_open, max_open)
+    rule = rule or _bound_text(minimum, maximum, min_open, max_open)
     if not math.isfinite(value):
         raise ValueError(f"{name}={value} must be a finite number ({rule})")
     too_low = minimum is not None and (value <= minimum if min_open else value < minimum)
@@ -109,6 +128,59 @@ def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
         if type(value) is type(c) and value == c:
             return value
     raise ValueError(f"{name}={value!r} is not one of {tuple(choices)}")
+
+
+def check_instance(name: str, value: object, kind: type | tuple[type, ...], *, allow_none: bool = False) -> object:
+    """Raise a ``TypeError`` unless ``value`` is an instance of ``kind`` (or ``None`` when allowed)."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        wanted = " or ".join(k.__name__ for k in kinds) + (" or None" if allow_none else "")
+        raise TypeError(f"{name} must be a {wanted}, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def check_path(name: str, value: object, *, allow_none: bool = False) -> Path | None:
+    """A file path given as a ``str`` or ``os.PathLike``, with ``~`` expanded; never empty."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
+        extra = " or None" if allow_none else ""
+        raise TypeError(f"{name}={value!r} must be a file path (str or pathlib.Path){extra}, got {type(value).__name__}")
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{name}={value!r} must be a file path, got an empty name")
+    return Path(os.path.expanduser(text))
+
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def check_device(name: str, value: object) -> str:
+    """A device this machine has: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"`` (or a ``torch.device``).
+
+    Returns it as a string (``torch.device("cpu")`` -> ``"cpu"``), so it can be stored in a
+    checkpoint and compared.
+    """
+    if isinstance(value, torch.device):
+        value = str(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name}={value!r} must be a device name such as 'cpu' or 'cuda', got {type(value).__name__}")
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise ValueError(f"{name}={value!r} is not a device: use one of {DEVICE_TYPES} (or 'cuda:N' for GPU N)") from None
+    if device.type not in DEVICE_TYPES:
+        raise ValueError(f"{name}={value!r} is not one of {DEVICE_TYPES}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}={value!r} was asked for but torch.cuda.is_available() is False; use 'cpu'")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{name}={value!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name}={value!r} was asked for but torch.backends.mps.is_available() is False; use 'cpu'")
+    return value
 
 
 def check_tensor(name: str, value: object, *, dims: int | None = None, min_dim: int | None = None) -> torch.Tensor:
@@ -165,3 +237,10 @@ def check_token_ids(
                     f"{name} holds token id {bad}, out of range: ids must be in [0, vocab_size={vocab_size}){allowed}"
                 )
     return idx
+
+
+def check_longer_than_block(name: str, data: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Raise unless the 1-D token sequence ``data`` has more than ``block_size`` tokens (one window and its target)."""
+    if len(data) <= block_size:
+        raise ValueError(f"{name} has {len(data)} tokens; it needs more than block_size={block_size}")
+    return data

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -25,6 +26,8 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 # A few steps of a tiny model; a global batch of 8 rows = 2 ranks x 2 micro-batches x 2 rows.
 TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "16", "--max-steps", "6",
         "--batch-size", "8", "--eval-interval", "3", "--eval-iters", "2", "--lr", "3e-3", "--no-progress"]
+# train_ddp.main is wrapped in torchrun's @record, which cannot install its fault handler under pytest's capture.
+pytestmark = pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
 
@@ -233,3 +236,82 @@ def test_fail_rank_must_exist(text_file):
                                                        "--fail-rank", "2"])
     with pytest.raises(ValueError, match="--fail-rank=2 is not a rank of this run"):
         train_ddp.run(args, distributed.DistContext())
+
+
+# --- the command line names every bad option before anything starts (issue 13) -----------------
+
+@pytest.mark.parametrize("extra, message", [
+    (["--max-chars", "-5"], r"--max-chars=-5 must be a positive integer"),  # used to drop the last 5 characters
+    (["--max-chars", "0"], r"--max-chars=0 must be a positive integer"),
+    (["--lr", "inf"], r"--lr: learning_rate=inf must be a finite number"),
+    (["--min-lr", "1"], r"--min-lr: min_lr=1.0 must be in \[0, learning_rate=0.003\]"),
+    (["--dropout", "1.5"], r"--dropout: dropout=1.5 must be in \[0, 1\)"),
+    (["--n-embd", "31"], r"--n-embd: n_embd=31 is not divisible by n_head=2"),
+    (["--seed", "-1"], r"--seed: seed=-1 must be >= 0"),
+    (["--max-steps", "0"], r"--max-steps=0 must be a positive integer"),
+    (["--fail-rank", "-1"], r"--fail-rank=-1 must be >= 0"),
+    (["--checkpoint", ""], r"--checkpoint='' must be a file path, got an empty name"),
+])
+def test_bad_options_exit_with_a_message_naming_them(extra, message, text_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        train_ddp.main(TINY + ["--data", str(text_file), "--history", "h.json"] + extra)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]  # nothing trained or written
+
+
+def test_a_binary_data_file_is_named_not_a_unicode_error(tmp_path, capsys, monkeypatch):
+    binary = tmp_path / "weights.pt"
+    torch.save({"w": torch.randn(100)}, binary)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        train_ddp.main(TINY + ["--data", str(binary), "--checkpoint", "c.pt"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--data {binary} is not UTF-8 text: byte 0x" in err and "UnicodeDecodeError" not in err
+    args = train_ddp.build_parser().parse_args(TINY + ["--data", str(binary)])
+    with pytest.raises(ValueError, match=rf"--data {re.escape(str(binary))} is not UTF-8 text"):
+        train_ddp.run(args, distributed.DistContext())
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="--data .*empty.txt is empty"):
+        train_ddp.load_tokens(str(empty), None)
+    with pytest.raises(FileNotFoundError, match="--data .*nope.txt: no such file"):
+        train_ddp.load_tokens(str(tmp_path / "nope.txt"), None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt", "weights.pt"]
+
+
+def test_max_chars_keeps_exactly_the_first_n_characters(text_file):
+    data, tok = train_ddp.load_tokens(str(text_file), 1000)
+    assert len(data) == 1000 and tok.decode(data.tolist()) == text_file.read_text()[:1000]
+
+
+def test_every_step_evaluated_still_writes_history_and_checkpoint(text_file, tmp_path, capsys):
+    """--max-steps 2 --eval-interval 1 leaves no step to time: say so, do not crash after training."""
+    args = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8", "--batch-size", "4",
+            "--max-steps", "2", "--eval-interval", "1", "--eval-iters", "1", "--no-progress", "--data", str(text_file),
+            "--checkpoint", str(tmp_path / "c.pt"), "--history", str(tmp_path / "h.json")]
+    assert train_ddp.main(args) == 0
+    assert "median step not measured (every step but the first evaluated; raise --eval-interval)" in capsys.readouterr().out
+    history = json.loads((tmp_path / "h.json").read_text())
+    assert history["median_step_seconds"] is None and len(history["step_seconds"]) == 2
+    assert history["history"]["eval_step"] == [0, 1, 2]
+    load_checkpoint(tmp_path / "c.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "h.json", "text.txt"]
+
+
+def test_output_files_respect_the_umask(text_file, tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert train_ddp.main(TINY + ["--max-steps", "1", "--data", str(text_file), "--checkpoint",
+                                      str(tmp_path / "c.pt"), "--history", str(tmp_path / "h.json")]) == 0
+    finally:
+        os.umask(old)
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.glob("[ch].*")} == {"c.pt": 0o644, "h.json": 0o644}
+
+
+def test_timed_steps_leaves_out_warmup_and_evaluation():
+    assert train_ddp.timed_steps([9.0, 0.1, 0.2, 5.0], [0, 4]) == [0.1, 0.2]
+    assert train_ddp.timed_steps([9.0, 5.0], [0, 1, 2]) == []

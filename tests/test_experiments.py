@@ -46,7 +46,7 @@ def test_leak_test_zero_with_mask_positive_without():
     idx = torch.randint(0, 20, (2, 12))
     assert E.leak_test(causal, idx, 5) == 0.0
     assert E.leak_test(open_, idx, 5) > 1e-4
-    with pytest.raises(ValueError, match=r"t=11 must be an integer position in \[0, T-1=11\)"):
+    with pytest.raises(ValueError, match=r"t=11 must be a position in \[0, T-1=11\)"):
         E.leak_test(causal, idx, 11)
 
 
@@ -76,3 +76,25 @@ def test_train_small_without_mask_reads_the_answer(shakespeare_text):
     _, _, masked = E.train_small(shakespeare_text, causal=True, **small)
     _, _, leaky = E.train_small(shakespeare_text, causal=False, **small)
     assert leaky.train[-1] < masked.train[-1] - 0.5
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: E.scale_factor(64, "temperature", "hot"), TypeError, "temperature='hot' must be a number, got str"),
+    (lambda: E.scale_factor(64, "temperature", float("nan")), ValueError, "temperature=nan must be a finite number"),
+    (lambda: E.scale_factor(64, 2), ValueError, r"scaling=2 is not one of \('none', 'sqrt', 'temperature'\)"),
+    (lambda: E.qk_variance(16, scale=float("inf")), ValueError, "scale=inf must be a finite number"),
+    (lambda: E.qk_variance(16, seed=-1), ValueError, "seed=-1 must be >= 0"),
+    (lambda: E.softmax_stats(16, scale="1"), TypeError, "scale='1' must be a number"),
+    (lambda: E.leak_test("model", torch.zeros(1, 4, dtype=torch.long), 1), TypeError, "model must be a GPT, got str"),
+    (lambda: E.leak_test(GPT(20, 16, 2, 1, 12), torch.zeros(1, 4, dtype=torch.long), 1.0), TypeError,
+     "t=1.0 must be an integer, got float"),
+    (lambda: E.train_small(b"bytes"), TypeError, "text must be a str, got bytes"),
+    (lambda: E.train_small("abc" * 100, max_chars=0), ValueError, "max_chars=0 must be a positive integer"),
+    (lambda: E.train_small("abc" * 100, qkv_init_std=0.0), ValueError, "qkv_init_std=0.0 must be > 0"),
+    (lambda: E.train_small("abc" * 100, qkv_init_std="big"), TypeError, "qkv_init_std='big' must be a number or None"),
+    (lambda: E.train_small("abc" * 100, learning_rate=float("inf")), ValueError,
+     "learning_rate=inf must be a finite number"),
+])
+def test_experiment_arguments_are_named(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

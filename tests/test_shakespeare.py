@@ -4,6 +4,8 @@ Training here uses a tiny model and a few steps; the real run (about a minute) i
 """
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import replace
 
 import pytest
@@ -24,7 +26,7 @@ from gpt_lesson.shakespeare import (
     load_trained_model,
     train_model,
 )
-from gpt_lesson.training import TrainConfig, evaluate_split, load_checkpoint
+from gpt_lesson.training import CheckpointError, TrainConfig, evaluate_split, load_checkpoint
 
 TINY = GPTConfig(vocab_size=65, n_embd=16, n_head=2, n_layer=1, block_size=16, dropout=0.0, attn_impl="sdpa")
 TINY_TRAIN = TrainConfig(max_steps=4, batch_size=4, learning_rate=1e-2, min_lr=1e-3, warmup_steps=1,
@@ -138,3 +140,68 @@ def test_generated_ids_are_normal_tensors_usable_for_training():
     _, loss = model(out[:, :-1].contiguous(), out[:, 1:].contiguous())
     loss.backward()  # would raise "Inference tensors cannot be saved for backward" otherwise
     assert model.token_embedding_table.weight.grad is not None
+
+
+# --- an unreadable cached checkpoint is retrained, not a dead end (issue 13) -----------------------
+
+def damaged_checkpoint(kind: str, path, tmp_path):
+    """Write a cached checkpoint damaged as ``kind`` at ``path``."""
+    from gpt_lesson.training import save_checkpoint
+
+    torch.manual_seed(0)
+    save_checkpoint(path, GPT(TINY))
+    raw = path.read_bytes()
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        path.write_bytes(raw[: len(raw) // 3])
+    elif kind == "malicious":
+        class Evil:
+            def __reduce__(self):
+                return (os.system, (f"touch {tmp_path / 'pwned'}",))
+        torch.save({"model": Evil(), "config": {}}, path)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("kind, problem", [
+    ("empty", "the file is empty"),
+    ("truncated", "the file is not a readable PyTorch checkpoint"),
+    ("malicious", "it is not a plain checkpoint"),
+])
+def test_an_unreadable_cached_checkpoint_is_retrained_and_replaced(kind, problem, tmp_path):
+    path = checkpoint_path()
+    damaged_checkpoint(kind, path, tmp_path)
+    with pytest.warns(UserWarning, match=f"the cached model {re.escape(str(path))} could not be used "
+                                         rf"\({problem}.*training it again and replacing the file"):
+        model, tokenizer, extra = load_trained(config=TINY, train_config=TINY_TRAIN)
+    assert extra["config"] == TINY.to_dict() and not model.training
+    reloaded, _ = load_checkpoint(path)  # the file is a good checkpoint again
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+    assert sorted(p.name for p in path.parent.iterdir()) == [CHECKPOINT_NAME]  # no temp file left
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_an_unreadable_cached_checkpoint_without_training_says_what_to_do(tmp_path):
+    path = checkpoint_path()
+    before = damaged_checkpoint("truncated", path, tmp_path)
+    with pytest.raises(CheckpointError) as e:
+        load_trained(train_if_missing=False, config=TINY, train_config=TINY_TRAIN)
+    msg = str(e.value)
+    assert msg.startswith(f"cannot load the checkpoint {path}: the file is not a readable PyTorch checkpoint")
+    assert "load_trained_model(train_if_missing=True)" in msg
+    assert path.read_bytes() == before  # left for the learner to look at
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: load_trained(config={"vocab_size": 65}), TypeError, "config must be a GPTConfig, got dict"),
+    (lambda: load_trained(train_config="fast"), TypeError, "train_config must be a TrainConfig, got str"),
+    (lambda: load_trained(train_if_missing="yes"), TypeError, "train_if_missing='yes' must be True or False"),
+    (lambda: load_trained(progress=1), TypeError, "progress=1 must be True or False"),
+    (lambda: load_trained(path=3), TypeError, r"path=3 must be a file path"),
+    (lambda: train_model(progress="no"), TypeError, "progress='no' must be True or False"),
+    (lambda: train_model(path=""), ValueError, "path='' must be a file path, got an empty name"),
+])
+def test_bad_arguments_are_named(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+    assert not checkpoint_path().parent.exists()  # nothing trained or written

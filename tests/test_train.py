@@ -2,16 +2,26 @@
 from __future__ import annotations
 
 import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
 
+from gpt_lesson.checkpoints import _state_shapes
 from gpt_lesson.data import get_batch
 from gpt_lesson.model import GPT
 from gpt_lesson.training import (
+    CheckpointError,
     History,
     TrainConfig,
+    TrainingDiverged,
     estimate_loss,
     evaluate_split,
     load_checkpoint,
@@ -219,8 +229,7 @@ def test_atomic_write_leaves_no_temp_file(tmp_path, monkeypatch):
     before = path.read_bytes()
 
     def crash_half_way(obj, f, *args, **kwargs):
-        with open(f, "wb") as out:
-            out.write(b"half a checkpoint")
+        f.write(b"half a checkpoint")  # save_checkpoint hands torch.save the open temp file
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", crash_half_way)
@@ -244,7 +253,7 @@ def test_set_seed_rejects_non_integers(seed):
 def test_pick_device():
     assert pick_device() in ("cuda", "mps", "cpu")
     assert pick_device("cpu") == "cpu"
-    with pytest.raises(ValueError, match=r"device='tpu' is not one of \('cuda', 'mps', 'cpu'\)"):
+    with pytest.raises(ValueError, match=r"device='tpu' is not a device: use one of \('cpu', 'cuda', 'mps'\)"):
         pick_device("tpu")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device='cuda' was asked for"):
@@ -265,13 +274,11 @@ def test_train_config_positive_ints(name):
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(warmup_steps=-1), "warmup_steps=-1 must be an integer >= 0"),
-    (dict(warmup_steps=1.5), "warmup_steps=1.5 must be an integer >= 0"),
-    (dict(warmup_steps=True), "warmup_steps=True must be an integer >= 0"),
+    (dict(warmup_steps=-1), "warmup_steps=-1 must be >= 0"),
     (dict(learning_rate=0.0), "learning_rate=0.0 must be > 0"),
     (dict(learning_rate=-1e-3), "learning_rate=-0.001 must be > 0"),
-    (dict(min_lr=2e-3), r"min_lr=0.002 must be between 0 and learning_rate=0.001"),
-    (dict(min_lr=-1e-5), r"min_lr=-1e-05 must be between 0 and learning_rate=0.001"),
+    (dict(min_lr=2e-3), r"min_lr=0.002 must be in \[0, learning_rate=0.001\]"),
+    (dict(min_lr=-1e-5), r"min_lr=-1e-05 must be in \[0, learning_rate=0.001\]"),
     (dict(batch_size=12, grad_accum_steps=5), "batch_size=12 is not divisible by grad_accum_steps=5"),
 ])
 def test_train_config_rejects(kw, message):
@@ -313,3 +320,340 @@ def test_load_checkpoint_rejects(tmp_path):
     torch.save({"weights": torch.zeros(1)}, bad)
     with pytest.raises(ValueError, match="is not a gpt_lesson checkpoint"):
         load_checkpoint(bad)
+
+
+# --- every field of TrainConfig is checked (issue 13) -------------------------------------------
+
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(grad_clip=-1.0), ValueError, r"grad_clip=-1.0 must be > 0 \(the largest gradient norm\), or None"),
+    (dict(grad_clip=0), ValueError, r"grad_clip=0 must be > 0"),  # 0 would freeze training
+    (dict(grad_clip=float("nan")), ValueError, r"grad_clip=nan must be a finite number"),
+    (dict(grad_clip="1"), TypeError, r"grad_clip='1' must be a number or None, got str"),
+    (dict(learning_rate=float("inf")), ValueError, r"learning_rate=inf must be a finite number \(> 0\)"),
+    (dict(learning_rate=float("nan")), ValueError, r"learning_rate=nan must be a finite number"),
+    (dict(learning_rate="3e-4"), TypeError, r"learning_rate='3e-4' must be a number, got str"),
+    (dict(min_lr=float("nan")), ValueError, r"min_lr=nan must be a finite number"),
+    (dict(weight_decay=-0.1), ValueError, r"weight_decay=-0.1 must be >= 0"),
+    (dict(weight_decay="0.1"), TypeError, r"weight_decay='0.1' must be a number"),
+    (dict(beta2=1.0), ValueError, r"beta2=1.0 must be in \[0, 1\)"),
+    (dict(beta2=1.5), ValueError, r"beta2=1.5 must be in \[0, 1\)"),
+    (dict(beta2=-0.1), ValueError, r"beta2=-0.1 must be in \[0, 1\)"),
+    (dict(warmup_steps=1.5), TypeError, r"warmup_steps=1.5 must be an integer, got float"),
+    (dict(warmup_steps=True), TypeError, r"warmup_steps=True must be an integer, got bool"),
+    (dict(device="gpu"), ValueError, r"device='gpu' is not a device: use one of \('cpu', 'cuda', 'mps'\)"),
+    (dict(device="meta"), ValueError, r"device='meta' is not one of \('cpu', 'cuda', 'mps'\)"),
+    (dict(device=0), TypeError, r"device=0 must be a device name such as 'cpu'"),
+    (dict(seed="a"), TypeError, r"seed='a' must be an integer, got str"),
+    (dict(seed=-1), ValueError, r"seed=-1 must be >= 0"),
+    (dict(seed=2**64), ValueError, r"seed=18446744073709551616 must be <= 9223372036854775807"),
+    (dict(progress="yes"), TypeError, r"progress='yes' must be True or False"),
+    (dict(checkpoint_path=5), TypeError, r"checkpoint_path=5 must be a file path \(str or pathlib.Path\) or None"),
+    (dict(checkpoint_path=""), ValueError, r"checkpoint_path='' must be a file path, got an empty name"),
+])
+def test_train_config_checks_every_field(kw, error, message):
+    with pytest.raises(error, match=message):
+        TrainConfig(**kw)
+
+
+def test_train_config_accepts_devices_and_paths_and_stores_plain_values(tmp_path):
+    cfg = TrainConfig(device=torch.device("cpu"), checkpoint_path=tmp_path / "run.pt", grad_clip=None)
+    assert cfg.device == "cpu" and cfg.checkpoint_path == str(tmp_path / "run.pt")
+    assert isinstance(cfg.checkpoint_path, str)  # a Path in the saved train_config would not load weights_only
+
+
+def test_a_config_changed_after_creation_is_checked_again_by_train(tokens, tmp_path):
+    cfg = quiet(checkpoint_path=str(tmp_path / "run.pt"))
+    cfg.grad_clip = -1.0  # gradient ascent, had it run
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="grad_clip=-1.0 must be > 0"):
+        train(model, tokens[:3500], tokens[3500:], cfg)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # nothing trained
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(TypeError, match="cfg must be a TrainConfig, got dict"):
+        train(model, tokens[:3500], tokens[3500:], {"max_steps": 3})
+    with pytest.raises(TypeError, match="model must be a GPT, got Linear"):
+        train(torch.nn.Linear(2, 2), tokens[:3500], tokens[3500:], quiet())
+
+
+def test_train_names_bad_token_data(tokens):
+    model = tiny_model()
+    with pytest.raises(TypeError, match=r"train_data must hold integer token ids .*train_data.long\(\)"):
+        train(model, tokens[:3500].float(), tokens[3500:], quiet())
+    bad_val = tokens[3500:].clone()
+    bad_val[7] = VOCAB + 3
+    with pytest.raises(ValueError, match=rf"val_data holds token id {VOCAB + 3}, out of range: ids must be in "
+                                         rf"\[0, vocab_size={VOCAB}\)"):
+        train(model, tokens[:3500], bad_val, quiet())
+    with pytest.raises(ValueError, match="val_data has 16 tokens; it needs more than block_size=16"):
+        train(model, tokens[:3500], tokens[:16], quiet())
+
+
+# --- a diverged run stops, and never replaces a good checkpoint (issue 13) ----------------------
+
+def poison_at(step: int, model: GPT):
+    """A callback that makes one weight NaN after optimizer step ``step`` (as a too-large update would)."""
+    def callback(s: int, hist: History) -> None:
+        if s == step:
+            with torch.no_grad():
+                model.lm_head.weight[0, 0] = float("nan")
+    return callback
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_good_checkpoint(tokens, tmp_path):
+    path = tmp_path / "run.pt"
+    good = train(tiny_model(), tokens[:3500], tokens[3500:], quiet(checkpoint_path=str(path)))
+    before = path.read_bytes()
+    model = tiny_model(seed=1)
+    with pytest.raises(TrainingDiverged) as e:
+        train(model, tokens[:3500], tokens[3500:], quiet(checkpoint_path=str(path)), callback=poison_at(2, model))
+    msg = str(e.value)
+    assert msg.startswith("training stopped at step 3: the loss is nan")
+    assert f"{path} was left as it was" in msg and "lower learning_rate" in msg
+    assert e.value.step == 3 and e.value.history.step == [1, 2]  # what ran before is kept for a look
+    assert isinstance(e.value, FloatingPointError)
+    assert path.read_bytes() == before  # the good checkpoint is untouched...
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]  # ...and no temp file is left
+    loaded, ckpt = load_checkpoint(path)
+    assert ckpt["extra"]["history"]["loss"] == good.loss
+
+
+def test_weights_made_non_finite_by_the_last_update_are_not_saved(tokens, tmp_path):
+    path = tmp_path / "run.pt"
+    model = tiny_model()
+    with pytest.raises(TrainingDiverged, match="training stopped at step 6: the last update made the weights "
+                                               r"non-finite \(NaN or inf in lm_head.weight\)"):
+        train(model, tokens[:3500], tokens[3500:], quiet(checkpoint_path=str(path)), callback=poison_at(6, model))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_checkpoint_refuses_non_finite_weights_and_keeps_the_old_file(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, tiny_model(seed=1))
+    before = path.read_bytes()
+    broken = tiny_model(seed=2)
+    with torch.no_grad():
+        broken.blocks[0].sa.c_attn.weight[1, 1] = float("inf")
+    with pytest.raises(ValueError, match=r"model has NaN or infinite weights \(in blocks.0.sa.c_attn.weight\): "
+                                         rf"refusing to save them to {path}; {path} was left as it was"):
+        save_checkpoint(path, broken)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+
+
+def test_save_checkpoint_refuses_what_weights_only_could_not_load(tmp_path):
+    with pytest.raises(TypeError, match=r"extra\['where'\] is a PosixPath: a checkpoint holds only tensors"):
+        save_checkpoint(tmp_path / "c.pt", tiny_model(), extra={"where": tmp_path})
+    with pytest.raises(TypeError, match="model must be a GPT, got str"):
+        save_checkpoint(tmp_path / "c.pt", "model")
+    with pytest.raises(TypeError, match="path=None must be a file path"):
+        save_checkpoint(None, tiny_model())
+    assert list(tmp_path.iterdir()) == []
+    # A config with a Path, through train(): stored as a str, so the checkpoint loads.
+    save_checkpoint(tmp_path / "c.pt", tiny_model(), extra={"train_config": asdict(TrainConfig(checkpoint_path=tmp_path))})
+    assert load_checkpoint(tmp_path / "c.pt")[1]["extra"]["train_config"]["checkpoint_path"] == str(tmp_path)
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664)])
+def test_checkpoint_files_respect_the_umask(tmp_path, mask, mode):
+    old = os.umask(mask)
+    try:
+        path = save_checkpoint(tmp_path / "ckpt.pt", tiny_model())
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == mode  # readable by the class when the umask says so
+
+
+def test_stale_temp_files_of_killed_saves_are_removed(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    tmp_path.joinpath("other.pt.1.tmp").write_bytes(b"not ours")  # another file's temp: never touched
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    killed = tmp_path / f"ckpt.pt.{dead.pid}@{socket.gethostname()}.0123abcd.tmp"
+    killed.write_bytes(b"half a checkpoint")
+    old = tmp_path / "ckpt.pt.x1y2z3ab.tmp"  # mkstemp's name from an older version, an hour old
+    old.write_bytes(b"half a checkpoint")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    recent = tmp_path / "ckpt.pt.4242@elsewhere.0123abcd.tmp"  # another machine, still writing
+    recent.write_bytes(b"in progress")
+    users = tmp_path / "ckpt.pt.old.tmp"  # a name the learner chose: never ours to delete, however old
+    users.write_bytes(b"my backup")
+    os.utime(users, (time.time() - 3600, time.time() - 3600))
+    save_checkpoint(path, tiny_model())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ckpt.pt", "other.pt.1.tmp", recent.name, users.name])
+
+
+def test_save_into_an_impossible_folder_names_it(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(NotADirectoryError, match=f"cannot write the checkpoint in the folder {blocker / 'sub'}"):
+        save_checkpoint(blocker / "sub" / "ckpt.pt", tiny_model())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+# --- unreadable and unfit checkpoints name the file and say what to do (issue 13) ---------------
+
+@pytest.fixture
+def good_file(tmp_path) -> Path:
+    return save_checkpoint(tmp_path / "good.pt", tiny_model(seed=5))
+
+
+def write_payload(path: Path, payload) -> Path:
+    torch.save(payload, path)
+    return path
+
+
+class Evil:
+    """A pickle that runs a command when loaded without weights_only."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_empty_truncated_and_foreign_files_are_named(good_file, tmp_path):
+    raw = good_file.read_bytes()
+    cases = {
+        "empty.pt": (b"", r"the file is empty \(0 bytes\): a save or copy was interrupted"),
+        "half.pt": (raw[: len(raw) // 2], r"the file is not a readable PyTorch checkpoint \([\d,]+ bytes; .*cut short"),
+        "notes.pt": (b"hello, not a checkpoint\n", r"the file is not a readable PyTorch checkpoint"),
+    }
+    for name, (content, problem) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(CheckpointError, match=rf"cannot load the checkpoint {path}: {problem}.*Delete it"):
+            load_checkpoint(path)
+        assert path.read_bytes() == content  # nothing deleted or rewritten behind the learner's back
+    with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a folder, not a checkpoint file"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at .*missing.pt"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_a_malicious_pickle_is_refused_for_safety_without_suggesting_to_turn_the_check_off(tmp_path):
+    marker = tmp_path / "pwned"
+    path = write_payload(tmp_path / "evil.pt", {"model": Evil(marker), "config": {}})
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(path)
+    msg = str(e.value)
+    assert f"cannot load the checkpoint {path}: it is not a plain checkpoint" in msg
+    assert "refused for safety" in msg and "system" in msg  # names what it asked for (posix.system)
+    assert "weights_only=False" not in msg and "weights_only` set to `False" not in msg
+    assert e.value.__suppress_context__  # torch's advice to turn the check off is not shown under it
+    assert not marker.exists()  # and the command never ran
+
+
+def test_not_a_gpt_lesson_checkpoint(tmp_path):
+    cases = [
+        ([1, 2, 3], r"it is not a gpt_lesson checkpoint \(expected keys 'model' and 'config', found list\)"),
+        ({"weights": torch.zeros(1)}, r"found \['weights'\]"),
+        ({"model": {"a": 1}, "config": {}}, r"its 'model' entry is not a state dict"),
+        ({"model": {}, "config": "GPTConfig(vocab_size=12)"}, r"its 'config' is a str, not a dict of GPTConfig"),
+        ({"model": {}, "config": {"vocab_size": 12, "n_embed": 16}}, r"its config has unknown keys \['n_embed'\]"),
+        ({"model": {}, "config": {"n_embd": "16"}}, r"its config is invalid: n_embd='16' must be an integer"),
+        ({"model": {}, "config": {"n_embd": 10, "n_head": 4}}, r"its config is invalid: n_embd=10 is not divisible"),
+    ]
+    for i, (payload, problem) in enumerate(cases):
+        path = write_payload(tmp_path / f"c{i}.pt", payload)
+        with pytest.raises(CheckpointError, match=rf"cannot load the checkpoint {re.escape(str(path))}: .*{problem}"):
+            load_checkpoint(path)
+
+
+def _with_config(good_file: Path, tmp_path: Path, name: str, **changes) -> Path:
+    ckpt = torch.load(good_file, weights_only=True)
+    ckpt["config"].update(changes)
+    return write_payload(tmp_path / name, ckpt)
+
+
+class CountingGPT(GPT):
+    built: list = []
+
+    def __init__(self, *args, **kwargs):
+        CountingGPT.built.append(args)
+        super().__init__(*args, **kwargs)
+
+
+def test_a_config_that_does_not_fit_the_tensors_is_refused_before_any_model_is_built(good_file, tmp_path,
+                                                                                      monkeypatch):
+    import gpt_lesson.checkpoints as C
+
+    monkeypatch.setattr(C, "GPT", CountingGPT)
+    CountingGPT.built = []
+    cases = [
+        # A 40 KB file whose config asks for a model of petabytes: refused at once, nothing allocated.
+        (dict(vocab_size=2**40, n_embd=2**12, n_head=4), r"mis-shaped \['token_embedding_table.weight is \(12, 16\), "
+                                                         r"expected \(1099511627776, 4096\)'"),
+        (dict(n_embd=32), r"its tensors do not fit its config GPTConfig\(vocab_size=12, n_embd=32"),
+        (dict(block_size=64), r"position_embedding_table.weight is \(16, 16\), expected \(64, 16\)"),
+        (dict(n_layer=10**9), r"its config says n_layer=1000000000 but it holds 2 blocks"),
+    ]
+    for i, (changes, problem) in enumerate(cases):
+        path = _with_config(good_file, tmp_path, f"c{i}.pt", **changes)
+        assert path.stat().st_size < 50_000
+        with pytest.raises(CheckpointError, match=rf"cannot load the checkpoint {re.escape(str(path))}: .*{problem}"):
+            load_checkpoint(path)
+    assert CountingGPT.built == []  # no model was allocated for any of them
+    load_checkpoint(good_file)
+    assert len(CountingGPT.built) == 1  # the counter works: a good file builds exactly one
+
+
+def test_missing_and_unexpected_tensors_are_listed(good_file, tmp_path):
+    ckpt = torch.load(good_file, weights_only=True)
+    del ckpt["model"]["lm_head.bias"]
+    ckpt["model"]["extra_head.weight"] = torch.zeros(2)
+    path = write_payload(tmp_path / "c.pt", ckpt)
+    with pytest.raises(CheckpointError, match=r"missing \['lm_head.bias'\]; unexpected \['extra_head.weight'\]"):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_that_does_not_fit_the_given_model(good_file):
+    other = GPT(VOCAB, 32, 2, 2, 16, dropout=0.0)
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    with pytest.raises(CheckpointError, match=rf"cannot load the checkpoint {good_file}: its tensors do not fit "
+                                              r"the model given \(its config GPTConfig\(vocab_size=12, n_embd=32.*"
+                                              r"the checkpoint's GPTConfig\(vocab_size=12, n_embd=16"):
+        load_checkpoint(good_file, model=other)
+    assert all(torch.equal(before[k], v) for k, v in other.state_dict().items())  # the model is untouched
+    with pytest.raises(TypeError, match="model must be a GPT or None, got dict"):
+        load_checkpoint(good_file, model={})
+    with pytest.raises(ValueError, match="device='gpu' is not a device"):
+        load_checkpoint(good_file, device="gpu")
+
+
+def test_a_checkpoint_with_nan_weights_is_refused(good_file, tmp_path):
+    ckpt = torch.load(good_file, weights_only=True)
+    ckpt["model"]["blocks.1.ffwd.net.0.weight"][0, 0] = float("nan")
+    path = write_payload(tmp_path / "nan.pt", ckpt)
+    with pytest.raises(CheckpointError, match=rf"cannot load the checkpoint {path}: it holds NaN or infinite weights "
+                                              r"\(in blocks.1.ffwd.net.0.weight\)"):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_whose_mask_was_edited_is_refused(good_file, tmp_path):
+    ckpt = torch.load(good_file, weights_only=True)
+    ckpt["model"]["blocks.0.sa.tril"] = torch.ones(16, 16)  # the future would no longer be hidden
+    path = write_payload(tmp_path / "leaky.pt", ckpt)
+    with pytest.raises(CheckpointError, match=rf"cannot load the checkpoint {path}: blocks.0.sa.tril in the "
+                                              "checkpoint is not the lower-triangular matrix"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(attn_impl="sdpa", dropout=0.1, causal=False, attn_scale=1.0)])
+@pytest.mark.parametrize("sizes", [(12, 16, 2, 2, 16), (65, 24, 3, 1, 8)])
+def test_the_shapes_checked_at_load_are_those_of_the_model(sizes, options):
+    model = GPT(*sizes, **options)
+    assert _state_shapes(model.config) == {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def test_loop_helpers_name_their_arguments(tokens):
+    x = torch.arange(12).view(12, 1)
+    with pytest.raises(ValueError, match="n_micro=0 must be a positive integer"):  # was a ZeroDivisionError
+        micro_batches(x, x, 0)
+    with pytest.raises(ValueError, match=r"rank=3 must be in \[0, world_size=3\)"):
+        micro_batches(x, x, 1, rank=3, world_size=3)
+    model = tiny_model()
+    with pytest.raises(ValueError, match="eval_iters=0 must be a positive integer"):  # was a ZeroDivisionError
+        estimate_loss(model, {"val": tokens}, batch_size=4, eval_iters=0)
+    with pytest.raises(ValueError, match="batch_size=0 must be a positive integer"):
+        evaluate_split(model, tokens, batch_size=0)
