@@ -13,6 +13,25 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 
 
+@pytest.fixture(autouse=True)
+def _no_downloads(monkeypatch):
+    """Tests never download: any URL that is not on this machine fails like a machine with no network."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlparse
+
+    real_urlopen = urllib.request.urlopen
+
+    def local_only(url, *args, **kwargs):
+        target = url.full_url if isinstance(url, urllib.request.Request) else str(url)
+        parts = urlparse(target)
+        if parts.scheme in ("http", "https", "ftp") and parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            raise urllib.error.URLError(f"tests never download ({target} is not on this machine)")
+        return real_urlopen(url, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.request, "urlopen", local_only)
+
+
 def local_shakespeare() -> Path | None:
     """$GPT_LESSON_DATA if set, else the shared copy next to the project, else None."""
     env = os.environ.get("GPT_LESSON_DATA")
@@ -24,16 +43,10 @@ def local_shakespeare() -> Path | None:
 @pytest.fixture(scope="session")
 def shakespeare_path() -> Path:
     path = local_shakespeare()
-    if path is not None and path.is_file():
-        return path
-    # A learner's machine without the shared copy: fetch it once into the cache (checked by sha256).
-    from gpt_lesson.data import TINY_SHAKESPEARE_FILE, cache_dir, load_tiny_shakespeare
-
-    try:
-        load_tiny_shakespeare()
-    except FileNotFoundError as e:
-        pytest.skip(f"no Tiny Shakespeare available: {e}")
-    return cache_dir() / TINY_SHAKESPEARE_FILE
+    if path is None or not path.is_file():
+        pytest.skip("no local copy of Tiny Shakespeare: set GPT_LESSON_DATA=/path/to/tinyshakespeare.txt "
+                    "(the tests never download)")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -321,3 +321,12 @@ def test_download_arguments_are_checked(tmp_path):
     with pytest.raises(TypeError, match="download_if_missing='no' must be True or False"):
         load_tiny_shakespeare(download_if_missing="no")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_tests_never_download():
+    """conftest blocks every URL that is not on this machine, so no test can reach the network."""
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.URLError, match="tests never download"):
+        urllib.request.urlopen("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt")

@@ -250,8 +250,13 @@ def test_set_seed_rejects_non_integers(seed):
         set_seed(seed)
 
 
-def test_pick_device():
-    assert pick_device() in ("cuda", "mps", "cpu")
+def test_pick_device(monkeypatch):
+    # The preference order cuda > mps > cpu, whatever this machine has.
+    for cuda, mps, best in ((False, False, "cpu"), (False, True, "mps"), (True, True, "cuda"), (True, False, "cuda")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda mps=mps: mps)
+        assert pick_device() == best
+    monkeypatch.undo()
     assert pick_device("cpu") == "cpu"
     with pytest.raises(ValueError, match=r"device='tpu' is not a device: use one of \('cpu', 'cuda', 'mps'\)"):
         pick_device("tpu")
