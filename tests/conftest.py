@@ -11,6 +11,9 @@ matplotlib.use("Agg")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+if not os.environ.get("GPT_LESSON_DATA") and SHARED_DATA.is_file():
+    # Lessons and tests (and the notebook kernels nbval starts, which inherit this) read the shared copy.
+    os.environ["GPT_LESSON_DATA"] = str(SHARED_DATA)
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,12 @@ import nbformat
 __all__ = ["Exercise", "cell_text", "find_exercises", "setup_cells", "solution_code", "check_calls",
            "without_magics", "YOUR_TURN_RE"]
 
-YOUR_TURN_RE = re.compile(r"^###\s+Your turn (\d+):\s*(\S.*)$", re.M)
+from tools.translation import WORDS
+
+# "### Your turn 1: title" in English, "### 动手练习 1：title" in the Chinese edition.
+YOUR_TURN_RE = re.compile(r"^###\s+(?:Your turn|动手练习)\s*(\d+)\s*[:：]\s*(\S.*)$", re.M)
+LEARN_RE = re.compile(r"^## (?:What you will learn|学习目标)\s*$", re.M)
+_KINDS = {WORDS[lang][key].lower(): key for lang in WORDS for key in ("hint", "solution", "teaching_note")}
 SECTION_RE = re.compile(r"^#{1,3} ", re.M)
 DETAILS_RE = re.compile(r"<details>\s*<summary>\s*(.*?)\s*</summary>", re.S)
 
@@ -57,8 +62,9 @@ def without_magics(source: str) -> str:
 
 
 def _details_kind(markdown: str) -> str | None:
+    """"hint", "solution" or "teaching_note" for a cell whose first <details> has that summary (any language)."""
     m = DETAILS_RE.search(markdown)
-    return m.group(1).strip().lower() if m else None
+    return _KINDS.get(m.group(1).strip().lower()) if m else None
 
 
 @dataclass
@@ -115,8 +121,7 @@ def find_exercises(nb: nbformat.NotebookNode) -> list[Exercise]:
 def setup_cells(nb: nbformat.NotebookNode) -> list[int]:
     """The code cells between '## What you will learn' and the next '## ' section (imports, shared data)."""
     cells = nb.cells
-    learn = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"
-                  and re.search(r"^## What you will learn\s*$", cell_text(c), re.M)), None)
+    learn = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and LEARN_RE.search(cell_text(c))), None)
     if learn is None:
         return []
     end = next((j for j in range(learn + 1, len(cells)) if cells[j].cell_type == "markdown"
