@@ -39,7 +39,7 @@ WORDS = {
            "model_answer": "Model answer", "previous": "Previous:", "next": "Next:"},
     "zh": {"learn": "学习目标", "time": "时间：", "summary": "小结", "your_turn": "动手练习",
            "hint": "提示", "solution": "参考答案", "teaching_note": "教学提示", "answer": "答案",
-           "model_answer": "参考回答", "previous": "上一课：", "next": "下一课："},
+           "model_answer": "参考答案（面试回答）", "previous": "上一课：", "next": "下一课："},
 }
 
 __all__ = ["WORDS", "code_signature", "source_hash", "Problem", "pair_problems", "zh_path", "en_path", "stamp"]
