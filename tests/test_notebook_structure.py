@@ -16,11 +16,29 @@ import nbformat
 import pytest
 
 from gpt_lesson import checks
-from tools.exercises import Exercise, find_exercises, setup_cells, without_magics
+from gpt_lesson.i18n import translations
+from tools.exercises import YOUR_TURN_RE, Exercise, find_exercises, setup_cells, without_magics
+from tools.translation import WORDS
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-LESSONS = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00_welcome"))
-ALL_NOTEBOOKS = sorted(NOTEBOOKS.glob("*.ipynb"))
+ENGLISH_LESSONS = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00_welcome"))
+LESSONS = ENGLISH_LESSONS + sorted(p for p in (NOTEBOOKS / "zh").glob("[0-9][0-9]_*.ipynb")
+                                   if not p.name.startswith("00_welcome"))
+ALL_NOTEBOOKS = sorted(NOTEBOOKS.glob("*.ipynb")) + sorted((NOTEBOOKS / "zh").glob("*.ipynb"))
+
+
+def _lang(path: Path) -> str:
+    return "zh" if path.parent.name == "zh" else "en"
+
+
+def _ids(paths) -> list[str]:
+    return [("zh/" if _lang(p) == "zh" else "") + p.name for p in paths]
+
+
+def _nav_re(lang: str) -> re.Pattern:
+    w = WORDS[lang]
+    return re.compile(rf"{re.escape(w['previous'])}\s*\[[^\]]*\]\(([^)]+)\)\s*·\s*"
+                      rf"{re.escape(w['next'])}\s*\[[^\]]*\]\(([^)]+)\)")
 
 from test_launch_links import REPO  # noqa: E402  the one setting (pyproject's [project.urls])
 
@@ -31,8 +49,7 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                     "gpt-lesson @ git+https://github.com/{REPO}"], check=True)'''
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
-NAV_RE = re.compile(r"Previous:\s*\[[^\]]*\]\(([^)]+)\)\s*·\s*Next:\s*\[[^\]]*\]\(([^)]+)\)")
-YOUR_TURN_RE = re.compile(r"^###\s+Your turn (\d+):\s*\S", re.M)
+NAV_RE = _nav_re("en")
 CHECK_CALL_RE = re.compile(r"\b(check_\w+)\s*\(")
 IGNORE_MARK = "NBVAL_IGNORE_OUTPUT"
 
@@ -70,14 +87,16 @@ def first_cell_problems(nb, path: Path) -> list[str]:
         problems.append("the first cell's slide_type must be 'slide'")
     if not re.match(rf"#\s+{path.name[:2]}\s+·\s+\S", text):
         problems.append(f"the first cell must start with '# {path.name[:2]} · Title'")
-    colab = f"https://colab.research.google.com/github/{REPO}/blob/main/notebooks/{path.name}"
-    binder = f"https://mybinder.org/v2/gh/{REPO}/main?labpath=notebooks%2F{path.name}"
+    rel = ("zh/" if _lang(path) == "zh" else "") + path.name
+    colab = f"https://colab.research.google.com/github/{REPO}/blob/main/notebooks/{rel}"
+    binder = f"https://mybinder.org/v2/gh/{REPO}/main?labpath=notebooks%2F{rel.replace('/', '%2F')}"
     if f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab})" not in text:
         problems.append(f"the first cell needs the Colab badge linking to {colab}")
     if f"[![Binder](https://mybinder.org/badge_logo.svg)]({binder})" not in text:
         problems.append(f"the first cell needs the Binder badge linking to {binder}")
-    if not NAV_RE.search(text):
-        problems.append("the first cell needs the line 'Previous: [..](..ipynb) · Next: [..](..ipynb)'")
+    if not _nav_re(_lang(path)).search(text):
+        w = WORDS[_lang(path)]
+        problems.append(f"the first cell needs the line '{w['previous']} [..](..ipynb) · {w['next']} [..](..ipynb)'")
     return problems
 
 
@@ -96,13 +115,14 @@ def colab_cell_problems(nb, path: Path) -> list[str]:
 def navigation_problems(nb, path: Path) -> list[str]:
     """Both navigation lines (first cell, end) link to neighbour lessons that exist."""
     problems = []
-    last_md = [c for c in nb.cells[-3:] if c.cell_type == "markdown" and NAV_RE.search(_text(c))]
+    nav_re = _nav_re(_lang(path))
+    last_md = [c for c in nb.cells[-3:] if c.cell_type == "markdown" and nav_re.search(_text(c))]
     if not last_md:
         problems.append("the navigation line must appear again in one of the last cells")
     n = _lesson_number(path)
     existing_numbers = {p.name[:2] for p in path.parent.glob("[0-9][0-9]_*.ipynb")}
     for cell in [nb.cells[0], *last_md]:
-        for match in NAV_RE.finditer(_text(cell)):
+        for match in nav_re.finditer(_text(cell)):
             for label, target, neighbour in (("Previous", match.group(1), n - 1), ("Next", match.group(2), n + 1)):
                 name = target.split("#")[0]
                 lesson = re.fullmatch(r"(\d\d)_[\w-]+\.ipynb", name)
@@ -120,16 +140,17 @@ def navigation_problems(nb, path: Path) -> list[str]:
 
 def section_problems(nb, path: Path) -> list[str]:
     problems = []
+    w = WORDS[_lang(path)]
     md = [_text(c) for c in nb.cells if c.cell_type == "markdown"]
-    learn = [t for t in md if re.search(r"^## What you will learn\s*$", t, re.M)]
+    learn = [t for t in md if re.search(rf"^## {re.escape(w['learn'])}\s*$", t, re.M)]
     if not learn:
-        problems.append("no markdown cell with the heading '## What you will learn'")
-    elif not any(re.search(r"^\*\*Time:\*\*\s*\S", t, re.M) for t in learn):
-        problems.append("the 'What you will learn' cell needs a line starting with '**Time:**'")
+        problems.append(f"no markdown cell with the heading '## {w['learn']}'")
+    elif not any(re.search(rf"^\*\*{re.escape(w['time'])}\*\*\s*\S", t, re.M) for t in learn):
+        problems.append(f"the '{w['learn']}' cell needs a line starting with '**{w['time']}**'")
     elif not any(re.search(r"^\s*[-*] \S", t, re.M) for t in learn):
-        problems.append("the 'What you will learn' cell needs bullet points")
-    if not any(re.search(r"^## Summary\s*$", t, re.M) for t in md):
-        problems.append("no markdown cell with the heading '## Summary'")
+        problems.append(f"the '{w['learn']}' cell needs bullet points")
+    if not any(re.search(rf"^## {re.escape(w['summary'])}\s*$", t, re.M) for t in md):
+        problems.append(f"no markdown cell with the heading '## {w['summary']}'")
     if not any(re.search(r"[\u4e00-\u9fff]", t) for t in md):
         problems.append("no key term carries its Chinese name (e.g. 'Query (查询)')")
     return problems
@@ -138,6 +159,8 @@ def section_problems(nb, path: Path) -> list[str]:
 def exercise_problems(nb, path: Path) -> list[str]:
     """2-4 'Your turn' sections, each: a check call printing 'not attempted yet', then a <details> solution."""
     problems = []
+    w = WORDS[_lang(path)]
+    not_attempted = translations(_lang(path)).gettext(checks.NOT_ATTEMPTED)
     starts = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and YOUR_TURN_RE.search(_text(c))]
     if not 2 <= len(starts) <= 4:
         problems.append(f"{len(starts)} '### Your turn N: ...' exercises; a lesson has 2 to 4")
@@ -161,13 +184,14 @@ def exercise_problems(nb, path: Path) -> list[str]:
                     problems.append(f"Your turn {n}: {name} is not a check in gpt_lesson.checks")
         if not any(c.get("outputs") for _, c in calls):
             problems.append(f"Your turn {n}: the check cell has no stored output (store an executed notebook)")
-        elif not any("not attempted yet" in _output_text(c) for _, c in calls):
-            problems.append(f"Your turn {n}: the stored output of the check must be 'not attempted yet' "
+        elif not any(not_attempted in _output_text(c) for _, c in calls):
+            problems.append(f"Your turn {n}: the stored output of the check must be '{not_attempted}' "
                             "(store the notebook with the stub untouched)")
         first_call = calls[0][0]
-        if not any(re.search(r"<details>\s*<summary>\s*Solution\s*</summary>", _text(c)) and "</details>" in _text(c)
+        solution = re.escape(w["solution"])
+        if not any(re.search(rf"<details>\s*<summary>\s*{solution}\s*</summary>", _text(c)) and "</details>" in _text(c)
                    for c in section[first_call + 1:] if c.cell_type == "markdown"):
-            problems.append(f"Your turn {n}: no '<details><summary>Solution</summary> ... </details>' "
+            problems.append(f"Your turn {n}: no '<details><summary>{w['solution']}</summary> ... </details>' "
                             "markdown cell after the check")
     return problems
 
@@ -219,21 +243,21 @@ def imports_gpt_lesson(nb) -> bool:
 
 
 # ------------------------------------------------------------------------------------ tests on the lessons
-@pytest.mark.parametrize("path", LESSONS, ids=[p.name for p in LESSONS])
+@pytest.mark.parametrize("path", LESSONS, ids=_ids(LESSONS))
 def test_lesson_is_valid_json_notebook(path):
     with open(path, encoding="utf-8") as f:
         json.load(f)
     nbformat.validate(nbformat.read(path, as_version=4))
 
 
-@pytest.mark.parametrize("path", LESSONS, ids=[p.name for p in LESSONS])
+@pytest.mark.parametrize("path", LESSONS, ids=_ids(LESSONS))
 def test_lesson_has_required_parts(path):
     nb = nbformat.read(path, as_version=4)
     problems = lesson_problems(nb, path)
     assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
 
 
-@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=[p.name for p in ALL_NOTEBOOKS])
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=_ids(ALL_NOTEBOOKS))
 def test_notebook_imports_gpt_lesson(path):
     assert imports_gpt_lesson(nbformat.read(path, as_version=4)), f"{path.name} does not import gpt_lesson"
 
@@ -249,7 +273,7 @@ def exercise_program(nb, exercise: Exercise) -> str:
     return "\n\n".join(parts)
 
 
-EXERCISES = [(path, ex.number) for path in LESSONS for ex in find_exercises(nbformat.read(path, as_version=4))]
+EXERCISES = [(path, ex.number) for path in ENGLISH_LESSONS for ex in find_exercises(nbformat.read(path, as_version=4))]
 
 
 @pytest.mark.parametrize("path, number", EXERCISES, ids=[f"{p.name[:2]}-ex{n}" for p, n in EXERCISES])
