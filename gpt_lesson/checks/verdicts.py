@@ -186,7 +186,9 @@ class Verdict:
         return self._report(False, False, NOT_ATTEMPTED, say(MESSAGES["not_attempted"], name=self.name, text=text))
 
     def failed(self, label: str, text: str) -> CheckResult:
-        return self._report(False, True, label, say(MESSAGES["failed"], name=self.name, label=_(label), text=text))
+        # A diagnosis may name several labels ("no 4x expansion; no non-linearity"): translate each.
+        shown = "; ".join(_(part) for part in label.split("; "))
+        return self._report(False, True, label, say(MESSAGES["failed"], name=self.name, label=shown, text=text))
 
     def failed_with(self, bugs: Sequence[Bug], text: str) -> CheckResult:
         """Fail with the first of ``bugs`` as the diagnosis and every hint in the message."""
