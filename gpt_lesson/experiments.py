@@ -7,6 +7,8 @@ is computed the same way everywhere.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 
@@ -27,6 +29,7 @@ __all__ = [
     "encoder_decoder_cache_bytes",
     "train_small",
     "layernorm_placement_gradients",
+    "default_dtype",
 ]
 
 SCALINGS = ("none", "sqrt", "temperature")
@@ -157,6 +160,23 @@ def encoder_decoder_cache_bytes(n_dec_layer: int, T_src: int, T_out: int, n_embd
     return {"self_attention": self_attn, "cross_attention": cross, "total": self_attn + cross}
 
 
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Create tensors (and draw initial weights) in ``dtype`` inside the block.
+
+    Building a model in float32 and converting it afterwards is not enough for results that hold on
+    every CPU: float32 ``randn``/``normal_`` runs a vectorised kernel on CPUs with AVX2 and a scalar
+    one elsewhere, and they differ in the last bits, a difference training then amplifies. The
+    float64 draws are the same everywhere.
+    """
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def train_small(
     text: str,
     *,
@@ -199,12 +219,12 @@ def train_small(
     data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     n = int(0.9 * len(data))
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(tokenizer.vocab_size, n_embd, n_head, n_layer, block_size, dropout=0.0,
-                          causal=causal, attn_scale=attn_scale))
-    if qkv_init_std is not None:
-        for block in model.blocks:
-            torch.nn.init.normal_(block.sa.c_attn.weight, mean=0.0, std=qkv_init_std)
-    model.to(dtype)
+    with default_dtype(dtype):  # the initial weights are drawn in ``dtype`` too (see default_dtype)
+        model = GPT(GPTConfig(tokenizer.vocab_size, n_embd, n_head, n_layer, block_size, dropout=0.0,
+                              causal=causal, attn_scale=attn_scale))
+        if qkv_init_std is not None:
+            for block in model.blocks:
+                torch.nn.init.normal_(block.sa.c_attn.weight, mean=0.0, std=qkv_init_std)
     cfg = TrainConfig(max_steps=steps, batch_size=batch_size, learning_rate=learning_rate,
                       eval_interval=eval_interval, eval_iters=10, seed=seed, progress=False)
     hist = train(model, data[:n], data[n:], cfg)
@@ -237,15 +257,14 @@ def layernorm_placement_gradients(
     totals = [0.0] * n_layer
     for seed in seeds:
         torch.manual_seed(seed)
-        blocks = torch.nn.ModuleList(Block(n_embd, n_head, T, dropout=0.0) for _ in range(n_layer))
-        ln_f, head = torch.nn.LayerNorm(n_embd), torch.nn.Linear(n_embd, vocab_size)
-        for m in [*blocks.modules(), head]:
-            if isinstance(m, torch.nn.Linear):
-                torch.nn.init.xavier_uniform_(m.weight)
-                if m.bias is not None:
-                    torch.nn.init.zeros_(m.bias)
-        for module in (blocks, ln_f, head):
-            module.double()
+        with default_dtype(torch.float64):
+            blocks = torch.nn.ModuleList(Block(n_embd, n_head, T, dropout=0.0) for _ in range(n_layer))
+            ln_f, head = torch.nn.LayerNorm(n_embd), torch.nn.Linear(n_embd, vocab_size)
+            for m in [*blocks.modules(), head]:
+                if isinstance(m, torch.nn.Linear):
+                    torch.nn.init.xavier_uniform_(m.weight)
+                    if m.bias is not None:
+                        torch.nn.init.zeros_(m.bias)
         g = torch.Generator().manual_seed(seed + 1000)
         x = torch.randn(batch_size, T, n_embd, generator=g, dtype=torch.float64)
         targets = torch.randint(0, vocab_size, (batch_size, T), generator=g)
