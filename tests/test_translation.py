@@ -62,3 +62,11 @@ def test_pair_problems_finds_drift_and_stale_translations(tmp_path, monkeypatch)
     en, zh = _pair(tmp_path / "d", [md_en, code_en], [md_zh])
     assert "structure" in [p.kind for p in pair_problems(en, zh)]
     assert [p.kind for p in pair_problems(en, tmp_path / "nowhere.ipynb")] == ["missing"]
+
+
+def test_code_signature_compares_fstring_expressions_on_every_python():
+    # On Python 3.11 an f-string is one token: comparing tokens would miss swapped expressions.
+    assert code_signature('print(f"{a} then {b}")') != code_signature('print(f"{b} then {a}")')
+    assert code_signature('print(f"{a:.2f} 和 {b!r}")') == code_signature('print(f"{a:>8.3f} and {b!r}")')
+    assert code_signature('print(f"{a!r}")') != code_signature('print(f"{a!s}")')
+    assert code_signature('x = "a" "b"') == code_signature('x = "一二"')

@@ -17,11 +17,10 @@ When an English cell changes, its hash no longer matches and the translation is 
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
-import io
 import re
 import sys
-import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,8 +52,27 @@ def source_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_LEN]
 
 
-def code_signature(source: str) -> list[str]:
-    """The tokens of a code cell without comments, string literals and layout (magics kept as text)."""
+class _BlankStrings(ast.NodeTransformer):
+    """Empty every string literal; of an f-string keep only the expressions and their conversions."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, str):
+            return ast.copy_location(ast.Constant(value=""), node)
+        return node
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
+        parts = [ast.FormattedValue(value=self.visit(v.value), conversion=v.conversion, format_spec=None)
+                 for v in node.values if isinstance(v, ast.FormattedValue)]
+        return ast.copy_location(ast.JoinedStr(values=parts), node)
+
+
+def code_signature(source: str) -> str:
+    """A code cell's syntax tree without comments, string literals and layout (IPython magics kept as text).
+
+    Two cells with the same signature compute the same thing; one may print Chinese and the other
+    English. The expressions inside f-strings are compared, their text and format specs are not.
+    Built on :mod:`ast`, so the result is the same on every Python version.
+    """
     lines, magics = [], []
     for line in source.split("\n"):
         stripped = line.lstrip()
@@ -62,24 +80,12 @@ def code_signature(source: str) -> list[str]:
             magics.append("magic:" + stripped.strip())
             line = ""
         lines.append(line)
-    out: list[str] = list(magics)
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-            tokenize.ENCODING, tokenize.ENDMARKER}
-    fstring_types = {getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END")
-                     if hasattr(tokenize, n)}
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline))
-    except (tokenize.TokenError, IndentationError, SyntaxError) as e:
-        return [f"<untokenizable: {e}>"]
-    for tok in tokens:
-        if tok.type in skip:
-            continue
-        if tok.type == tokenize.STRING or tok.type in fstring_types:
-            if not out or out[-1] != "<str>":
-                out.append("<str>")  # adjacent literals ("a" "b") count as one
-            continue
-        out.append(tok.string)
-    return out
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError as e:
+        return f"<syntax error: {e.msg}>"
+    tree = _BlankStrings().visit(tree)
+    return "\n".join(magics + [ast.dump(tree, annotate_fields=False, include_attributes=False)])
 
 
 def python_blocks(markdown: str) -> list[str]:
