@@ -19,10 +19,12 @@ from __future__ import annotations
 import gettext
 import io
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
-__all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "set_language", "get_language", "catalogue_path",
-           "translations", "_", "N_"]
+__all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "set_language", "get_language", "language",
+           "catalogue_path", "translations", "_", "N_"]
 
 LANGUAGES = ("en", "zh")
 LANG_ENV = "GPT_LESSON_LANG"
@@ -68,6 +70,17 @@ def set_language(language: str) -> None:
 
 def get_language() -> str:
     return str(_state["language"])
+
+
+@contextmanager
+def language(lang: str) -> Iterator[None]:
+    """Use ``lang`` inside the block, then the previous language again."""
+    previous = get_language()
+    set_language(lang)
+    try:
+        yield
+    finally:
+        _state["language"] = previous
 
 
 def N_(message: str) -> str:

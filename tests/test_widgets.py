@@ -1,8 +1,17 @@
-"""The explorers driven without a browser: set control values, check the data they show."""
+"""The explorers driven from Python: set their controls (traits), check what they compute and send.
+
+What the browser draws from the sent data is checked in test_explorers_js.py (the same numbers
+under Node) and test_browser.py (the painted page).
+"""
 from __future__ import annotations
 
+import base64
 import io
+import json
 import math
+import re
+import zlib
+from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -14,19 +23,38 @@ import torch
 from gpt_lesson import GPT, CharTokenizer, GPTConfig
 from gpt_lesson.attention import apply_mask, attention_scores, attention_weights, causal_mask, padding_mask
 from gpt_lesson.experiments import qk_variance, softmax_stats
-from gpt_lesson.widgets import (AttentionExplorer, MaskExplorer, ScalingExplorer, draw_attention_view,
-                                draw_mask_view, draw_scaling_view)
-from gpt_lesson.widgets._common import Painter, check_choice, new_figure, one_thread
-from gpt_lesson.widgets.attention_explorer import AttentionData, attention_view_data
-from gpt_lesson.widgets.mask_explorer import mask_view_data
+from gpt_lesson.widgets import (
+    AttentionExplorer,
+    MaskExplorer,
+    ScalingExplorer,
+    draw_attention_view,
+    draw_mask_view,
+    draw_scaling_view,
+)
+from gpt_lesson.widgets import labels as labels_module
+from gpt_lesson.widgets._common import (
+    Painter,
+    check_choice,
+    embedded_state,
+    esm,
+    esm_source,
+    new_figure,
+    one_thread,
+    pack_tensor,
+    unpack_tensor,
+)
+from gpt_lesson.widgets.attention_explorer import AttentionData, attention_payload, attention_view_data
+from gpt_lesson.widgets.labels import label, labels_for
+from gpt_lesson.widgets.mask_explorer import demo_scores, mask_view_data
 from gpt_lesson.widgets.scaling_explorer import ScalingData, scaling_view_data
 
 TEXT = "to be, or not to be: that is the question."
+STATIC = Path(__file__).resolve().parents[1] / "gpt_lesson" / "widgets" / "static"
 
 
 @pytest.fixture(scope="module")
 def tok() -> CharTokenizer:
-    return CharTokenizer(TEXT + "TBO")
+    return CharTokenizer(TEXT + "TBO\n")
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +73,10 @@ def pixels(png: bytes) -> np.ndarray:
     return np.asarray(PIL.Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
 
 
-def same_picture(widget_png: bytes, fig) -> float:
-    """Fraction of pixels where the explorer's PNG and the static figure (saved at 80 dpi) differ."""
+def png_of(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80, facecolor="white")
-    a, b = pixels(widget_png), pixels(buf.getvalue())
-    assert a.shape == b.shape
-    return float((np.abs(a - b).sum(-1) > 0).mean())
+    return buf.getvalue()
 
 
 # -- attention explorer -------------------------------------------------------------------------
@@ -61,21 +86,20 @@ def test_attention_stages_equal_the_library_and_the_model(model, tok):
     records = model.attention_records(idx)
     T = idx.size(1)
     for layer in (0, 1):
-        ex.layer.value = layer
+        ex.layer = layer
         q, k = records[layer]["q"], records[layer]["k"]
         raw = attention_scores(q, k, scale=1.0)[0]
         scaled = attention_scores(q, k)[0]
         masked = apply_mask(scaled, causal_mask(T))
         expected = {"raw": raw, "scaled": scaled, "masked": masked, "weights": attention_weights(masked)}
         for stage, want in expected.items():
-            ex.stage.value = stage
+            ex.stage = stage
             for head in range(4):
-                ex.head.value = head
+                ex.head = head
                 assert torch.equal(ex.view["matrix"], want[head]), (layer, stage, head)
         # ...and the model's own captured scores and weights
         torch.testing.assert_close(ex.data.stages(layer)["scaled"], records[layer]["scores"][0])
         torch.testing.assert_close(ex.data.stages(layer)["weights"], records[layer]["weights"][0])
-        torch.testing.assert_close(raw * model.config.head_size ** -0.5, scaled)
 
 
 def test_attention_rows_sum_to_one_and_future_is_exactly_zero(model, tok):
@@ -84,15 +108,12 @@ def test_attention_rows_sum_to_one_and_future_is_exactly_zero(model, tok):
     assert w.shape == (4, 16, 16)
     torch.testing.assert_close(w.sum(-1), torch.ones(4, 16))
     future = torch.triu(torch.ones(16, 16, dtype=torch.bool), diagonal=1)
-    assert (w[:, future] == 0).all()
-    assert (w[:, ~future] > 0).all()
+    assert (w[:, future] == 0).all() and (w[:, ~future] > 0).all()
     r = ex.view["readouts"]
-    torch.testing.assert_close(r["row_sums"], torch.ones(4, 16))
     assert r["max_weight"] == pytest.approx(float(w.max()))
-    # entropy of row 0 is 0 (one visible key), of the last row at most ln(16)
-    assert float(r["entropy"][0, 0]) == pytest.approx(0.0, abs=1e-6)
+    assert float(r["entropy"][0, 0]) == pytest.approx(0.0, abs=1e-6)  # row 0 sees one key
     assert 0 < float(r["entropy"][0, -1]) <= math.log(16) + 1e-6
-    assert "every row sums to 1" in ex.readout.value
+    assert ex.readout.startswith("every row sums to 1 (to within 1e-05) · mean row entropy")
 
 
 def test_attention_masked_stage_is_minus_inf_in_the_future(model, tok):
@@ -104,7 +125,7 @@ def test_attention_masked_stage_is_minus_inf_in_the_future(model, tok):
 
 def test_attention_step_through_of_one_cell(model, tok):
     ex = AttentionExplorer(model, tok, "to be or not", head=2)
-    ex.query.value = 5
+    ex.query = 5
     cell = ex.view["cell"]
     st = ex.data.stages(0)
     j = int(st["weights"][2, 5].argmax())  # default key: the largest weight
@@ -117,113 +138,155 @@ def test_attention_step_through_of_one_cell(model, tok):
     assert cell["weight"] == pytest.approx(float(st["weights"][2, 5, j]))
     torch.testing.assert_close(cell["output"], st["weights"][2, 5] @ v)
     torch.testing.assert_close(cell["contribution"], st["weights"][2, 5, j] * v[j])
-    ex.key.value = 9  # a future key: masked, weight exactly 0
+    ex.key = 9  # a future key: masked, weight exactly 0
     assert ex.view["cell"]["visible"] is False and ex.view["cell"]["weight"] == 0.0
-    ex.head.value = "all"  # a grid of heads has no single row to step through
-    assert ex.view["cell"] is None and ex.view["matrix"].shape == (4, 12, 12)
+    assert "query 5 '␣'" in ex.readout  # the space, shown as a visible symbol
+    ex.head = "all"  # a grid of heads has no single row to step through; the query is kept for later
+    assert ex.view["cell"] is None and ex.view["matrix"].shape == (4, 12, 12) and ex.query == 5
+    ex.head = 1
+    assert ex.view["cell"]["query"] == 5 and ex.view["cell"]["key"] == 9
 
 
-def test_attention_head_change_only_redraws(model, tok):
+def test_controls_need_no_model_run_and_send_no_new_data(model, tok):
     ex = AttentionExplorer(model, tok, TEXT[:16])
-    runs, builds, redraws, png = ex.model_runs, ex.painter.builds, ex.redraws, ex.png
-    ex.head.value = 1
-    ex.stage.value = "raw"
-    ex.layer.value = 1
-    assert ex.model_runs == runs  # the model ran once for this text
-    assert ex.painter.builds == builds  # same layout: only data, colours and texts were updated
-    assert ex.redraws == redraws + 3
-    assert ex.png != png
+    runs, payload = ex.model_runs, ex.payload
+    sent = []
+    ex.observe(lambda change: sent.append(change["name"]), names=["payload"])
+    for name, value in (("head", 1), ("stage", "raw"), ("layer", 1), ("query", 3), ("key", 0), ("head", "all")):
+        setattr(ex, name, value)
+    assert ex.model_runs == runs and ex.payload is payload and sent == []
 
 
-def test_going_back_to_a_layout_reuses_it(model, tok):
-    ex = AttentionExplorer(model, tok, TEXT[:16])
-    ex.head.value = "all"
-    ex.head.value = 0
-
-    def builds():
-        return sum(painter.builds for painter, _ in ex._layouts.values())
-
-    before = builds()
-    ex.head.value = "all"
-    ex.head.value = 1
-    ex.query.value = 4
-    ex.query.value = -1
-    assert builds() == before + 1  # only the query's layout (row and step-through) was new
-    assert len(ex._layouts) == 3 and ex.view["head"] == 1
-    assert same_picture(ex.png, draw_attention_view(model, tok, TEXT[:16], head=1)) < 0.001
+def test_attention_payload_holds_every_layer_and_head(model, tok):
+    ex = AttentionExplorer(model, tok, "to be\nor not")
+    p = ex.payload
+    assert p["text"] == "to be\nor not" and p["T"] == 12 and (p["n_layer"], p["n_head"], p["head_size"]) == (2, 4, 8)
+    assert p["tokens"][5] == "⏎" and p["tokens"][2] == "␣"  # the newline and spaces are kept, shown as symbols
+    assert p["causal"] is True and p["scale"] == pytest.approx(8 ** -0.5)
+    for name in ("q", "k", "v"):
+        assert p[name]["dtype"] == "float32"  # small enough to send exactly
+        got = unpack_tensor(p[name], (2, 4, 12, 8))
+        assert torch.equal(got.float(), ex.data.stacked(name))
 
 
-def test_attention_text_is_cached(model, tok):
+def test_attention_payload_shrinks_within_its_budget(model, tok):
+    data = AttentionData(model, tok, TEXT[:16])
+    values = 2 * 4 * 16 * 8
+    assert attention_payload(data, budget=10**9)["v"]["dtype"] == "float32"
+    data._payload = None
+    p = attention_payload(data, budget=math.ceil(9 * values / 3) * 4)
+    assert (p["q"]["dtype"], p["v"]["dtype"]) == ("float32", "int8")
+    data._payload = None
+    p = attention_payload(data, budget=100)
+    assert (p["q"]["dtype"], p["k"]["dtype"], p["v"]["dtype"]) == ("int16", "int16", "int8")
+    for name, tol in (("q", 1 / 32767), ("k", 1 / 32767), ("v", 1 / 127)):
+        x = data.stacked(name).double()
+        peak = x.abs().amax(dim=2, keepdim=True)  # per layer, head and channel
+        err = (unpack_tensor(p[name], x.shape) - x).abs()
+        assert (err <= 0.51 * peak * tol + 1e-12).all(), name  # half a step (float32 arithmetic: a bit more)
+
+
+def test_pack_tensor_keeps_zero_channels_and_checks_its_dtype():
+    x = torch.zeros(2, 3, 4)
+    x[..., 1] = torch.tensor([0.5, -1.0, 0.25])
+    for dtype, top in (("int16", 32767), ("int8", 127)):
+        got = unpack_tensor(pack_tensor(x, dtype), x.shape)
+        assert torch.equal(got[..., [0, 2, 3]], torch.zeros(2, 3, 3, dtype=torch.float64))  # no 0/0 for a zero channel
+        assert (got[..., 1] - x[..., 1]).abs().max() <= 0.51 / top
+    with pytest.raises(ValueError, match="dtype='float16'"):
+        pack_tensor(x, "float16")
+
+
+def test_embedded_state_of_64_tokens_4_layers_4_heads_is_under_150_kb(tok):
+    text = (TEXT * 2)[:64]
+    torch.manual_seed(0)
+    big = GPT(tok.vocab_size, 64, 4, 4, 64, dropout=0.0)
+    ex = AttentionExplorer(big, tok, text)
+    entry = embedded_state(ex)
+    size = len(json.dumps(entry, separators=(",", ":")))
+    assert ex.view["T"] == 64 and size == ex.embedded_state_bytes()
+    assert 100_000 < size < 150_000  # the data of 4 x 4 heads is in it, and it stays small
+    assert {b["path"][0] for b in entry["buffers"]} == {"payload"}
+    assert MaskExplorer().embedded_state_bytes() < 40_000 and ScalingExplorer().embedded_state_bytes() < 40_000
+
+
+def test_the_module_sent_is_the_source_deflated():
+    for kind in ("attention", "mask", "scaling"):
+        loader = esm(kind)
+        data = re.search(r'const z = "([A-Za-z0-9+/=]+)";', loader).group(1)
+        assert zlib.decompress(base64.b64decode(data)).decode() == esm_source(kind)
+        assert "DecompressionStream" in loader and "export default" in loader
+        source = esm_source(kind)
+        assert "./core.mjs" not in source and "export function fmt" in source and "export default" in source
+
+
+def test_attention_text_is_cached_and_new_text_sends_new_data(model, tok):
     ex = AttentionExplorer(model, tok, "to be")
     assert ex.model_runs == 1
-    ex.text.value = "not to be"
-    assert ex.model_runs == 2 and ex.view["T"] == 9
-    assert len(ex.query.options) == 10  # "none" and one entry per token
-    ex.text.value = "to be"
-    assert ex.model_runs == 2  # seen before: no new forward pass
-
-
-def test_attention_new_text_of_the_same_length_only_relabels(model, tok):
-    ex = AttentionExplorer(model, tok, "to be or not", query=3)
-    builds = ex.painter.builds
-    ex.text.value = "not to be or"
-    assert ex.painter.builds == builds and ex.model_runs == 2
-    assert same_picture(ex.png, draw_attention_view(model, tok, "not to be or", query=3)) < 0.001
-
-
-def test_attention_typing_redraws_only_the_changed_tick_labels(model, tok):
-    text = "to be or not to "  # block_size=16 tokens: every one labelled on both axes
-    ex = AttentionExplorer(model, tok, text)
-    full_draws = []
-    draw = ex._fig.canvas.draw
-    ex._fig.canvas.draw = lambda: (full_draws.append(1), draw())
-    # "O" is wider than any other label on the y axis, so the axis label "query" moves left:
-    # only then is the whole figure drawn again; otherwise only the changed labels are.
-    for new, expected_full_draws in ((text[:-1] + "b", 0), ("T" + text[1:-1] + "b", 0),
-                                     (text[:5] + "OTB" + text[8:], 1), (text[:-1] + "n", 2)):
-        ex.text.value = new
-        assert len(full_draws) == expected_full_draws, new
-        fresh = AttentionExplorer(model, tok, new)  # drawn from scratch
-        assert np.array_equal(pixels(ex.png), pixels(fresh.png)), new
-        assert same_picture(ex.png, draw_attention_view(model, tok, new)) < 0.001
+    ex.query = 4
+    ex.text = "not to be"
+    assert ex.model_runs == 2 and ex.view["T"] == 9 and ex.payload["T"] == 9 and ex.query == 4
+    ex.text = "to"  # the query points past the new text: dropped, in Python and (by its own rule) the browser
+    assert ex.query is None and ex.view["cell"] is None
+    ex.text = "to be"
+    assert ex.model_runs == 3  # "to" was new; "to be" was seen before: no new forward pass
 
 
 def test_attention_bad_text_shows_a_message_not_a_traceback(model, tok):
     ex = AttentionExplorer(model, tok, "to be")
-    ex.query.value = 3
-    ex.text.value = "to bé"
-    assert "['é']" in ex.error and "not in the vocabulary" in ex.message.value
-    assert ex.view == {"error": ex.error}
-    ex.text.value = ""
-    assert "empty" in ex.error and "empty" in ex.message.value
-    ex.text.value = "to"  # recovers; the query that pointed past the text is reset
-    assert ex.error == "" and ex.view["T"] == 2 and ex.query.value == -1 and ex.view["cell"] is None
+    ex.text = "to bé"
+    assert "['é']" in ex.error and ex.payload == {"text": "to bé", "error": ex.error}
+    assert ex.view == {"error": ex.error} and ex.readout == ex.error
+    ex.text = ""
+    assert "empty" in ex.error
+    ex.text = "to"  # recovers
+    assert ex.error == "" and ex.view["T"] == 2 and ex.payload["T"] == 2
 
 
 def test_attention_long_text_is_truncated_with_a_notice(model, tok):
     ex = AttentionExplorer(model, tok, TEXT)  # 42 characters, block_size 16
     assert ex.view["T"] == 16 and len(ex.data.tokens) == 16
-    assert "showing the first 16" in ex.message.value and "block_size=16" in ex.message.value
+    assert ex.payload["notice"] == "The text has 42 tokens; showing the first 16 (the model's block_size=16)."
 
 
 def test_attention_without_causal_mask_shows_the_future(tok):
     torch.manual_seed(0)
     model = GPT(GPTConfig(tok.vocab_size, 32, 4, 1, 16, dropout=0.0, causal=False))
     ex = AttentionExplorer(model, tok, "to be or")
-    assert ex.view["mask"] is None
+    assert ex.view["mask"] is None and ex.payload["causal"] is False
     w = ex.view["weights"]
     assert float(w[0, 1:].sum()) > 0  # position 0 attends to later positions
     torch.testing.assert_close(w, model.attention_records(torch.tensor([tok.encode("to be or")]))[0]["weights"][0, 0])
 
 
-def test_attention_widget_and_static_figure_are_the_same_picture(model, tok):
+def test_attention_static_picture_is_drawn_from_the_view(model, tok):
     ex = AttentionExplorer(model, tok, "to be or not", head=1, stage="masked", query=4, key=2)
     fig = draw_attention_view(model, tok, "to be or not", layer=0, head=1, stage="masked", query=4, key=2)
     assert isinstance(fig, matplotlib.figure.Figure)
-    assert same_picture(ex.png, fig) < 0.001
-    ex.head.value = "all"
-    ex.stage.value = "weights"
-    assert same_picture(ex.png, draw_attention_view(model, tok, "to be or not", head="all")) < 0.001
+    assert np.array_equal(pixels(ex.png), pixels(png_of(fig)))
+    ex.head, ex.stage = "all", "weights"
+    assert np.array_equal(pixels(ex.png), pixels(png_of(draw_attention_view(model, tok, "to be or not", head="all"))))
+
+
+@pytest.mark.parametrize("stage", ["raw", "scaled", "masked", "weights"])
+def test_attention_static_picture_of_every_stage_has_its_title(model, tok, stage):
+    fig = draw_attention_view(model, tok, "to be or not", stage=stage, query=3)
+    title = fig._suptitle.get_text()
+    assert title.startswith("Layer 0, head 0: ") and title.endswith(" · 12 tokens")
+    assert ("× 0.354" in title) == (stage == "scaled")
+
+
+def test_attention_static_picture_shows_the_readouts_and_thins_long_labels(model, tok):
+    torch.manual_seed(0)
+    long_model = GPT(tok.vocab_size, 32, 4, 1, 64, dropout=0.0)
+    text = (TEXT * 2)[:60]
+    fig = draw_attention_view(long_model, tok, text, query=20)
+    texts = [t.get_text() for t in fig.texts]
+    ex = AttentionExplorer(long_model, tok, text, query=20)
+    assert ex.readout in texts  # the footer: the same lines as the explorer's read-out
+    heat = fig.axes[0]
+    shown = [t.get_text() for t in heat.get_yticklabels() if t.get_visible()]
+    assert len(heat.get_yticks()) == 60 and len(shown) == 30 and shown[:3] == ["t", "␣", "e"]  # every other one
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
@@ -239,10 +302,26 @@ def test_attention_widget_and_static_figure_are_the_same_picture(model, tok):
     ({"query": 1, "key": 99}, ValueError, "key=99"),
 ])
 def test_attention_bad_settings(model, tok, kwargs, error, words):
-    with pytest.raises(error, match=words.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(error, match=re.escape(words)):
         draw_attention_view(model, tok, "to be or not", **kwargs)
     with pytest.raises(error):
         AttentionExplorer(model, tok, "to be or not", **kwargs)
+
+
+@pytest.mark.parametrize("name, value, error, words", [
+    ("layer", 2, ValueError, "layer=2"),
+    ("head", 7, ValueError, "head=7"),
+    ("head", "every", ValueError, "head='every'"),
+    ("stage", "soft", ValueError, "stage='soft'"),
+    ("query", 12, ValueError, "query=12"),
+    ("key", -1, ValueError, "key=-1"),
+])
+def test_attention_bad_values_set_from_python(model, tok, name, value, error, words):
+    ex = AttentionExplorer(model, tok, "to be or not")
+    before = ex.view
+    with pytest.raises(error, match=re.escape(words)):
+        setattr(ex, name, value)
+    assert ex.view is before
 
 
 def test_attention_bad_inputs(model, tok):
@@ -277,17 +356,28 @@ def test_causal_mask_leaks_nothing_and_the_weights_match_the_library():
     assert torch.equal(v["mask"], causal_mask(8))
     assert torch.equal(v["masked"], apply_mask(v["scores"], causal_mask(8)))
     assert torch.equal(v["weights"], attention_weights(v["masked"]))
-    assert (v["weights"][causal_mask(8) == 0] == 0).all()
     torch.testing.assert_close(v["weights"].sum(-1), torch.ones(8))
-    assert "leak to the future: 0.000" in ex.readout.value and "keeps the diagonal" in ex.readout.value
+    assert "leak to the future: 0.000" in ex.readout and "keeps the diagonal" in ex.readout
+
+
+def test_mask_payload_holds_the_scores_of_every_T():
+    ex = MaskExplorer(seed=3)
+    p = ex.payload
+    assert p["max_T"] == 16 and p["seed"] == 3
+    scores = torch.from_numpy(np.frombuffer(p["scores"], dtype=np.float32).copy())
+    assert scores.numel() == sum(t * t for t in range(1, 17))
+    off = 0
+    for T in range(1, 17):
+        assert torch.equal(scores[off:off + T * T].reshape(T, T), demo_scores(T, 3))
+        off += T * T
+    assert torch.equal(mask_view_data(5, seed=3)["scores"], demo_scores(5, 3))
 
 
 def test_no_mask_leaks():
     ex = MaskExplorer(T=8)
-    ex.mask.value = "none"
-    assert ex.view["leak"] > 0.1
-    assert (ex.view["weights"] > 0).all()
-    assert "can read the future" in ex.readout.value
+    ex.mask = "none"
+    assert ex.view["leak"] > 0.1 and (ex.view["weights"] > 0).all()
+    assert "can read the future" in ex.readout
 
 
 def test_padding_hides_padded_keys():
@@ -296,19 +386,17 @@ def test_padding_hides_padded_keys():
     assert (w[:, 5:] == 0).all() and (w[:, :5] > 0).all()
     assert torch.equal(ex.view["mask"], padding_mask([5], 8)[0].expand(8, 8))
     assert ex.view["leak"] > 0  # padding alone does not stop a query reading later real tokens
-    ex.mask.value = "causal+padding"
-    assert ex.view["leak"] == 0.0
-    assert (ex.view["weights"][:, 5:] == 0).all()
+    ex.mask = "causal+padding"
+    assert ex.view["leak"] == 0.0 and (ex.view["weights"][:, 5:] == 0).all()
 
 
 def test_fully_masked_rows_give_nan_and_are_explained():
     ex = MaskExplorer(T=6, mask="causal+padding", n_real=0)
     v = ex.view
-    assert v["nan_rows"] == list(range(6))
-    assert torch.isnan(v["weights"]).all()
+    assert v["nan_rows"] == list(range(6)) and torch.isnan(v["weights"]).all()
     assert "0/0 = NaN" in v["explanation"] and "keeps the diagonal" in v["explanation"]
-    assert math.isnan(v["leak"]) and "undefined" in ex.readout.value
-    ex.n_real.value = 1  # one real token: every query sees key 0, no NaN
+    assert math.isnan(v["leak"]) and "undefined" in ex.readout
+    ex.n_real = 1  # one real token: every query sees key 0, no NaN
     assert ex.view["nan_rows"] == [] and not torch.isnan(ex.view["weights"]).any()
 
 
@@ -317,22 +405,24 @@ def test_the_causal_mask_never_gives_nan(T):
     assert mask_view_data(T, "causal")["nan_rows"] == []
 
 
-def test_mask_sliders_stay_consistent():
+def test_mask_controls_stay_consistent():
     ex = MaskExplorer(T=8, mask="padding", n_real=8)
-    assert ex.n_real.disabled is False
-    ex.T.value = 4
-    assert ex.n_real.max == 4 and ex.n_real.value == 4 and ex.view["T"] == 4 and ex.view["n_real"] == 4
-    ex.T.value = 12
-    assert ex.n_real.max == 12 and ex.view["weights"].shape == (12, 12)
-    ex.mask.value = "causal"
-    assert ex.n_real.disabled is True
+    ex.T = 4
+    assert ex.n_real == 4 and ex.view["T"] == 4 and ex.view["n_real"] == 4
+    ex.T = 12
+    assert ex.n_real == 4 and ex.view["weights"].shape == (12, 12)
+    with ex.hold_trait_notifications():  # what the browser sends when the slider moves: both at once
+        ex.T, ex.n_real = 3, 3
+    assert ex.view["T"] == 3 and ex.view["n_real"] == 3
 
 
-def test_mask_widget_and_static_figure_are_the_same_picture():
+def test_mask_static_picture_is_drawn_from_the_view():
     ex = MaskExplorer(T=6, mask="causal")
-    ex.mask.value = "causal+padding"
-    ex.n_real.value = 0
-    assert same_picture(ex.png, draw_mask_view(6, "causal+padding", n_real=0)) < 0.001
+    ex.mask = "causal+padding"
+    ex.n_real = 0
+    assert np.array_equal(pixels(ex.png), pixels(png_of(draw_mask_view(6, "causal+padding", n_real=0))))
+    footer = [t.get_text() for t in draw_mask_view(6, "causal+padding", n_real=0).texts]
+    assert any("leak to the future: undefined" in t for t in footer)
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
@@ -346,7 +436,7 @@ def test_mask_widget_and_static_figure_are_the_same_picture():
     ({"seed": "x"}, TypeError, "seed='x'"),
 ])
 def test_mask_bad_settings(kwargs, error, words):
-    with pytest.raises(error, match=words):
+    with pytest.raises(error, match=re.escape(words)):
         draw_mask_view(**{"T": 8, **kwargs})
 
 
@@ -355,6 +445,11 @@ def test_mask_explorer_bad_settings():
         MaskExplorer(T=20)
     with pytest.raises(ValueError, match="mask='future'"):
         MaskExplorer(mask="future")
+    ex = MaskExplorer()
+    for name, value, error in (("T", 17, ValueError), ("T", 0, ValueError), ("mask", "tril", ValueError),
+                               ("n_real", 17, ValueError), ("n_real", -1, ValueError)):
+        with pytest.raises(error, match=f"{name}={value!r}"):
+            setattr(ex, name, value)
 
 
 # -- scaling explorer ---------------------------------------------------------------------------
@@ -363,17 +458,17 @@ def test_variance_is_near_d_k_unscaled_and_near_1_scaled(d_k):
     ex = ScalingExplorer(d_k=d_k, scaling="none")
     assert ex.view["variance"] == pytest.approx(d_k, rel=0.1)
     assert ex.view["variance"] == qk_variance(d_k, 2000, 1.0, 0)  # the number comes from experiments
-    ex.scaling.value = "sqrt"
+    ex.scaling = "sqrt"
     assert ex.view["variance"] == pytest.approx(1.0, rel=0.1)
-    assert float(ex.view["samples"].var()) == pytest.approx(ex.view["variance"], rel=1e-5)  # the histogram's data
+    assert float(ex.view["samples"].var()) == pytest.approx(ex.view["variance"], rel=1e-5)
 
 
 def test_temperature_divides_the_spread():
     ex = ScalingExplorer(d_k=64, scaling="temperature", temperature=2.0)
-    assert ex.temperature.disabled is False
+    assert ex.temperature_enabled
     assert ex.view["variance"] == pytest.approx(0.25, rel=0.1)
-    ex.scaling.value = "sqrt"
-    assert ex.temperature.disabled is True
+    ex.scaling = "sqrt"
+    assert not ex.temperature_enabled
 
 
 def test_unscaled_softmax_saturates_and_loses_its_gradient():
@@ -382,29 +477,32 @@ def test_unscaled_softmax_saturates_and_loses_its_gradient():
     ref = softmax_stats(1024, 16, 1.0, 0)  # the numbers come from experiments
     assert torch.equal(s["weights"], ref["weights"]) and s["grad_norm"] == ref["grad_norm"]
     assert s["max_weight"] > 0.99 and s["grad_norm"] < 0.05
-    ex.scaling.value = "sqrt"
+    ex.scaling = "sqrt"
     scaled = ex.view["softmax"]
     assert scaled["max_weight"] < 0.7 and scaled["entropy"] > 1.0 and scaled["grad_norm"] > 5 * s["grad_norm"]
-    torch.testing.assert_close(scaled["weights"].sum(), torch.tensor(1.0))
 
 
-def test_scaling_recomputes_only_what_changed():
+def test_scaling_payload_summarises_every_stop():
+    ex = ScalingExplorer(d_k=48)
+    p = ex.payload
+    assert p["stops"] == sorted({*range(0, 0), 48, *(2 ** i for i in range(11))}) and 48 not in p["grid"]
+    data = ScalingData()
+    for n, d_k in enumerate(p["stops"]):
+        dots = data.dots(d_k)
+        assert p["var_raw"][n] == pytest.approx(float(dots.var()), rel=1e-7)
+        assert sum(p["counts"][n]) == 2000 and p["lo"][n] == float(dots.min()) and p["hi"][n] == float(dots.max())
+        g = torch.Generator().manual_seed(0)  # the draws of softmax_stats
+        q, k = torch.randn(1, d_k, generator=g), torch.randn(16, d_k, generator=g)
+        torch.testing.assert_close(torch.tensor(p["rows"][n]), (q @ k.T)[0])
+    ex.d_k, ex.scaling = 1024, "none"
+    assert ex.payload is p  # every stop was sent up front: no new data for a control
+
+
+def test_scaling_static_picture_is_drawn_from_the_view():
     ex = ScalingExplorer(d_k=64)
-    builds = ex.painter.builds
-    ex.d_k.value = 128
-    ex.scaling.value = "none"
-    ex.scaling.value = "sqrt"
-    assert sorted(ex.data._dots) == [64, 128]  # samples drawn once per d_k, reused for every scaling
-    assert ex.painter.builds == builds
-    ex.d_k.value = 64
-    assert sorted(ex.data._dots) == [64, 128] and ex.view["d_k"] == 64
-
-
-def test_scaling_widget_and_static_figure_are_the_same_picture():
-    ex = ScalingExplorer(d_k=64)
-    ex.d_k.value = 512
-    ex.scaling.value = "none"
-    assert same_picture(ex.png, draw_scaling_view(512, "none")) < 0.001
+    ex.d_k = 512
+    ex.scaling = "none"
+    assert np.array_equal(pixels(ex.png), pixels(png_of(draw_scaling_view(512, "none"))))
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
@@ -418,63 +516,50 @@ def test_scaling_widget_and_static_figure_are_the_same_picture():
     ({"T": 1}, ValueError, "T=1"),
 ])
 def test_scaling_bad_settings(kwargs, error, words):
-    with pytest.raises(error, match=words):
+    with pytest.raises(error, match=re.escape(words)):
         draw_scaling_view(**kwargs)
     with pytest.raises(error):
         ScalingExplorer(**kwargs)
 
 
-def test_scaling_explorer_temperature_outside_the_slider():
+def test_scaling_explorer_values_outside_its_controls():
     with pytest.raises(ValueError, match="temperature=100"):
         ScalingExplorer(scaling="temperature", temperature=100)
     assert scaling_view_data(8, "temperature", 100)["scale"] == pytest.approx(8 ** -0.5 / 100)
     with pytest.raises(TypeError, match="seed"):
         ScalingData(seed=1.0)
+    ex = ScalingExplorer()
+    with pytest.raises(ValueError, match="d_k=48 is not one of the slider's stops"):
+        ex.d_k = 48
+    with pytest.raises(ValueError, match="temperature=0.05"):
+        ex.temperature = 0.05
 
 
 # -- shared behaviour ---------------------------------------------------------------------------
-def test_explorers_do_not_interfere_and_never_touch_pyplot(model, tok):
+def test_explorers_never_touch_pyplot(model, tok):
     before = plt.get_fignums()
-    a = AttentionExplorer(model, tok, "to be")
-    b = AttentionExplorer(model, tok, "or not")
-    m1, m2 = MaskExplorer(), MaskExplorer()
-    s = ScalingExplorer()
+    explorers = [AttentionExplorer(model, tok, "to be"), MaskExplorer(), ScalingExplorer()]
+    for ex in explorers:
+        assert ex.png.startswith(b"\x89PNG")
     assert plt.get_fignums() == before  # no figure for the inline backend to show twice
-    figs = {id(e._fig) for e in (a, b, m1, m2, s)}
-    assert len(figs) == 5
-    pngs = {name: e.png for name, e in (("a", a), ("b", b), ("m2", m2), ("s", s))}
-    a.head.value = 3
-    m1.mask.value = "none"
-    assert b.png == pngs["b"] and m2.png == pngs["m2"] and s.png == pngs["s"] and a.png != pngs["a"]
-    assert b.view["head"] == 0 and m2.view["mask_name"] == "causal"
 
 
-def test_each_control_changes_the_picture(model, tok):
-    ex = AttentionExplorer(model, tok, "to be or")
-    for widget, value in ((ex.stage, "raw"), (ex.head, 2), (ex.layer, 1), (ex.query, 3), (ex.key, 0),
-                          (ex.text, "not to be")):
-        png = ex.png
-        widget.value = value
-        assert ex.png != png, widget.description
-    mx = MaskExplorer()
-    for widget, value in ((mx.mask, "padding"), (mx.n_real, 2), (mx.T, 5)):
-        png = mx.png
-        widget.value = value
-        assert mx.png != png, widget.description
-    sx = ScalingExplorer()
-    for widget, value in ((sx.d_k, 8), (sx.scaling, "temperature"), (sx.temperature, 3.0)):
-        png = sx.png
-        widget.value = value
-        assert sx.png != png, widget.description
+def test_explorers_answer_the_pages_ping(model, tok):
+    for ex in (AttentionExplorer(model, tok, "to"), MaskExplorer(), ScalingExplorer()):
+        sent: list = []
+        ex.send = sent.append
+        ex._on_front_end_message(ex, {"type": "ping"}, [])
+        ex._on_front_end_message(ex, {"type": "something else"}, [])
+        assert sent == [{"type": "pong"}]
 
 
-def test_one_thread_restores_the_thread_count_even_after_an_error():
-    before = torch.get_num_threads()
-    with pytest.raises(RuntimeError):
-        with one_thread():
-            assert torch.get_num_threads() == 1
-            raise RuntimeError("boom")
-    assert torch.get_num_threads() == before
+def test_explorers_display_as_widgets(model, tok):
+    ex = MaskExplorer(T=3)
+    bundle = ex._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.model_id
+    assert "gpt-lesson-mask-explorer" in ex._dom_classes
+    assert "gpt-lesson-attention-explorer" in AttentionExplorer(model, tok, "to")._dom_classes
 
 
 def test_save_png(tmp_path):
@@ -490,22 +575,60 @@ def test_save_png(tmp_path):
         ex.save_png(3)
 
 
-def test_explorers_display_their_widget(model, tok, capsys):
-    from IPython.core.formatters import DisplayFormatter
-
-    ex = MaskExplorer(T=3)
-    assert "gpt-lesson-mask-explorer" in ex.widget._dom_classes
-    DisplayFormatter().format(ex)  # what IPython does with the last expression of a cell
-    assert "VBox" in capsys.readouterr().out  # no frontend here, so display() prints the widget's repr
-    assert "gpt-lesson-attention-explorer" in AttentionExplorer(model, tok, "to").widget._dom_classes
+def test_one_thread_restores_the_thread_count_even_after_an_error():
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with one_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
 
 
 def test_shared_helpers_check_their_arguments():
-    with pytest.raises(ValueError, match="nothing painted"):
-        Painter().render_png()
     with pytest.raises(TypeError, match="matplotlib Figure"):
         new_figure((4, 3), fig="figure")
     with pytest.raises(ValueError, match="is not one of"):
         check_choice("mask", ["causal"], ("causal", "none"))
     with pytest.raises(ValueError, match="is not one of"):
         check_choice("flag", True, (1, 0))
+    with pytest.raises(NotImplementedError):
+        Painter().draw({})
+
+
+# -- the label table ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["attention", "mask", "scaling"])
+def test_every_label_the_browser_asks_for_is_in_the_table(kind):
+    source = (STATIC / f"{kind}.mjs").read_text()
+    asked = {k for k in re.findall(r'\bL\("([\w+]+)"', source) if not k.endswith("_")}
+    for prefix, values in (("stage_", ("raw", "scaled", "masked", "weights")), ("tip_stage_", ("raw", "scaled", "masked", "weights")),
+                           ("title_", ("raw", "masked", "weights")), ("hover_", ("raw", "scaled", "masked", "weights")),
+                           ("mask_", ("causal", "none", "padding", "causal+padding")),
+                           ("tip_mask_", ("causal", "none", "padding", "causal+padding")),
+                           ("scaling_", ("none", "sqrt", "temperature")), ("tip_scaling_", ("none", "sqrt", "temperature"))):
+        if re.search(rf'L\("{prefix}" \+', source):  # keys built as L("stage_" + s)
+            asked |= {prefix + v for v in values}
+    table = labels_for(kind)
+    assert asked and not asked - set(table), sorted(asked - set(table))
+
+
+def test_every_label_goes_through_the_translation_function(monkeypatch):
+    monkeypatch.setattr(labels_module, "_", lambda s: "«" + s + "»")
+    for kind in ("attention", "mask", "scaling"):
+        assert all(v.startswith("«") and v.endswith("»") for v in labels_for(kind).values())
+    assert label("mask", "verdict_none") == "«nothing leaks»"
+    ex = MaskExplorer()
+    assert ex.labels["verdict_none"] == "«nothing leaks»"  # the browser gets the translated table
+    with pytest.raises(ValueError, match="explorer='masks'"):
+        labels_for("masks")
+    with pytest.raises(ValueError, match="key='nope'"):
+        label("mask", "nope")
+
+
+def test_explorers_show_their_controls_where_no_widget_can_be_drawn(model, tok):
+    assert repr(MaskExplorer(T=5, mask="none")) == "MaskExplorer(T=5, mask='none', n_real=4)"
+    assert repr(ScalingExplorer(d_k=16)) == "ScalingExplorer(d_k=16, scaling='sqrt', temperature=1.0)"
+    text = "to be or not to be, that is the question"
+    assert repr(AttentionExplorer(model, tok, text[:12], query=3)) == (
+        "AttentionExplorer(text='to be or not', layer=0, head=0, stage='weights', query=3, key=None)")
+    long = text + " again"  # 46 characters: the repr shows the first 37
+    assert f"text={long[:37] + '...'!r}," in repr(AttentionExplorer(model, tok, long))

@@ -1,36 +1,43 @@
-"""What every explorer shares: its own figure, PNG rendering, display and saving.
+"""What every explorer shares: the browser module it runs, the talk with it, and the static picture.
 
-Each explorer draws with the same function as its static fallback, into a
-:class:`matplotlib.figure.Figure` that it owns and that pyplot never sees, so a
-notebook can hold several explorers without one drawing into another's figure and
-without the inline backend showing stray copies. The picture travels to the browser
-as PNG bytes in an ``ipywidgets.Image`` (the same in ipywidgets 7 and 8).
+An explorer is an :class:`anywidget.AnyWidget`: its controls are traits synced with a small ES
+module (``static/``) that draws in the browser. Python computes what needs torch or random draws
+(once per text, or once up front) and sends it as compact binary arrays; the browser computes the
+cheap stages itself, so a click or a hover never waits for Python, and a page exported with the
+widget state keeps working without a kernel. The same view data also draws the static matplotlib
+picture (``draw_*_view``, ``save_png``) for figures, GitHub's preview and PNG export.
 """
 from __future__ import annotations
 
+import base64
 import io
-import math
+import json
 import os
-from collections import OrderedDict
+import re
+import zlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
-from typing import Iterator, Sequence
 
-import ipywidgets as widgets
+import anywidget
 import matplotlib.pyplot as plt
 import numpy as np
-import PIL.Image
 import torch
-from matplotlib.artist import Artist
+import traitlets
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
-from matplotlib.transforms import Bbox, offset_copy
+from matplotlib.transforms import offset_copy
 
-__all__ = ["Explorer", "Painter", "check_choice", "check_index", "new_figure", "row_entropy",
-           "set_color_scale", "dynamic_title", "one_thread"]
+from ..i18n import language
+from .labels import labels_for
+
+__all__ = ["ExplorerWidget", "Painter", "check_choice", "check_index", "new_figure", "row_entropy", "dynamic_title",
+           "one_thread", "esm", "esm_source", "CSS", "pack_tensor", "embedded_state", "thin_tick_labels"]
 
 PNG_DPI = 80
+STATIC = Path(__file__).with_name("static")
 
 
 def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
@@ -53,11 +60,112 @@ def check_index(name: str, value: object, size: int, what: str) -> int:
     return value
 
 
+# -- the browser side --------------------------------------------------------------------------------
+_IMPORT_CORE = re.compile(r"^import\s*\{[^}]*\}\s*from\s*\"\./core\.mjs\";\s*$", re.MULTILINE)
+_COMMENT_LINE = re.compile(r"^\s*//.*\n", re.MULTILINE)
+
+
+@cache
+def esm_source(name: str) -> str:
+    """The ES module of one explorer: ``static/core.mjs`` followed by ``static/<name>.mjs``.
+
+    The explorer's own file imports the core (so Node can load it in the tests); here the two are
+    joined into one module, as a bundler would, since a widget's module is a single string.
+    Comment lines and indentation are left out.
+    """
+    core = (STATIC / "core.mjs").read_text(encoding="utf-8")
+    own = (STATIC / f"{name}.mjs").read_text(encoding="utf-8")
+    if not _IMPORT_CORE.search(own):
+        raise RuntimeError(f"static/{name}.mjs does not import from ./core.mjs as expected")
+    source = core + "\n" + _IMPORT_CORE.sub("", own)
+    source = _COMMENT_LINE.sub("", source)
+    return "\n".join(line.strip() for line in source.splitlines() if line.strip()) + "\n"
+
+
+# The module travels in every saved widget state (once per explorer in a notebook and in an exported
+# page), so it is sent deflated: a few lines inflate it with the browser's DecompressionStream and
+# import it, the way anywidget itself imports a module from a string.
+_LOADER = """const z = "{data}";
+const bytes = Uint8Array.from(atob(z), (c) => c.charCodeAt(0));
+const source = await new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"))).text();
+const url = URL.createObjectURL(new Blob([source], {{ type: "text/javascript" }}));
+const mod = await import(url);
+URL.revokeObjectURL(url);
+export default mod.default;
+"""
+
+
+@cache
+def esm(name: str) -> str:
+    """The module an explorer widget sends: :func:`esm_source` deflated, behind a small loader."""
+    data = base64.b64encode(zlib.compress(esm_source(name).encode("utf-8"), 9)).decode("ascii")
+    return _LOADER.format(data=data)
+
+
+CSS = (STATIC / "explorers.css").read_text(encoding="utf-8")
+
+
+def pack_tensor(x: torch.Tensor, dtype: str) -> dict:
+    """A tensor of shape (groups..., rows, channels) as bytes for the browser (``core.mjs: unpack``).
+
+    ``float32`` is exact. ``int16`` and ``int8`` store ``round(x / scale)`` with one scale per
+    channel of each group (the largest |x| of that channel maps to the largest integer), so a
+    channel with large values does not cost the others their precision.
+    """
+    check_choice("dtype", dtype, ("float32", "int16", "int8"))
+    x = x.detach().to(torch.float32).cpu()
+    rows, channels = x.shape[-2], x.shape[-1]
+    out = {"dtype": dtype, "channels": channels, "rows_per_group": rows}
+    if dtype == "float32":
+        out["data"] = x.contiguous().numpy().tobytes()
+        return out
+    top = 32767 if dtype == "int16" else 127
+    grouped = x.reshape(-1, rows, channels)  # (groups, rows, channels)
+    peak = grouped.abs().amax(dim=1)  # (groups, channels)
+    scale = torch.where(peak > 0, peak / top, torch.ones_like(peak))
+    ints = torch.round(grouped / scale[:, None, :]).clamp(-top, top)
+    out["data"] = ints.to(torch.int16 if dtype == "int16" else torch.int8).numpy().tobytes()
+    out["scales"] = scale.to(torch.float32).numpy().tobytes()
+    return out
+
+
+def unpack_tensor(packed: dict, shape: Sequence[int]) -> torch.Tensor:
+    """The values the browser reconstructs from :func:`pack_tensor` (used by the tests and the static view)."""
+    dt = {"float32": np.float32, "int16": np.int16, "int8": np.int8}[packed["dtype"]]
+    x = torch.from_numpy(np.frombuffer(packed["data"], dtype=dt).astype(np.float64))
+    if packed["dtype"] != "float32":
+        scales = torch.from_numpy(np.frombuffer(packed["scales"], dtype=np.float32).astype(np.float64))
+        x = x.reshape(-1, packed["rows_per_group"], packed["channels"]) * scales.reshape(-1, 1, packed["channels"])
+    return x.reshape(*shape)
+
+
+def embedded_state(widget: anywidget.AnyWidget) -> dict:
+    """The widget's entry in a notebook's saved widget state, as nbclient and JupyterLab write it.
+
+    Binary traits become base64 ``buffers``; the size of ``json.dumps`` of this is what one explorer
+    adds to a saved notebook and to an exported HTML page.
+    """
+    from ipywidgets.widgets.widget import _remove_buffers
+
+    state, paths, buffers = _remove_buffers(widget.get_state())
+    entry = {"model_name": state["_model_name"], "model_module": state["_model_module"],
+             "model_module_version": state["_model_module_version"], "state": state}
+    if buffers:
+        entry["buffers"] = [{"encoding": "base64", "path": p, "data": base64.b64encode(bytes(b)).decode()}
+                            for p, b in zip(paths, buffers)]
+    return entry
+
+
+def embedded_state_bytes(widget: anywidget.AnyWidget) -> int:
+    return len(json.dumps(embedded_state(widget), separators=(",", ":")).encode())
+
+
+# -- the static picture ------------------------------------------------------------------------------
 def new_figure(figsize: tuple[float, float], fig: Figure | None = None) -> Figure:
     """A blank figure to draw a view into.
 
     ``fig=None`` makes a pyplot figure, so a notebook shows it with ``plt.show()``;
-    explorers pass their own figure, which is cleared and reused for every redraw.
+    an explorer's ``save_png`` passes a figure of its own that pyplot never sees.
     """
     if fig is None:
         return plt.figure(figsize=figsize)
@@ -68,29 +176,19 @@ def new_figure(figsize: tuple[float, float], fig: Figure | None = None) -> Figur
     return fig
 
 
-def set_color_scale(im, cmap: str, vmin: float, vmax: float) -> bool:
-    """Give an image its colour map and limits; True if anything changed (then redraw its colour bar).
-
-    Setting an unchanged colour map still costs matplotlib a round of callbacks, so skip it.
-    """
-    changed = False
-    if im.get_cmap().name != cmap:
-        im.set_cmap(cmap)
-        changed = True
-    if tuple(im.get_clim()) != (vmin, vmax):
-        im.set_clim(vmin, vmax)
-        changed = True
-    return changed
-
-
 def dynamic_title(ax, fontsize: float = 10) -> Text:
-    """A title that update() rewrites: a text 6 points above the axes, like ``ax.set_title``.
-
-    matplotlib places ``ax.title`` only during a full draw, so a title that is redrawn
-    on its own over the saved background needs a fixed place.
-    """
+    """A title text 6 points above the axes, like ``ax.set_title``, that :meth:`Painter.update` rewrites."""
     shifted = offset_copy(ax.transAxes, fig=ax.figure, y=6, units="points")
     return ax.text(0.5, 1.0, "", transform=shifted, ha="center", va="bottom", fontsize=fontsize)
+
+
+def thin_tick_labels(ax, every: int) -> None:
+    """Show every ``every``-th tick label on both axes (long texts: 60 labels would overlap)."""
+    if every <= 1:
+        return
+    for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+        for n, t in enumerate(labels):
+            t.set_visible(n % every == 0)
 
 
 @contextmanager
@@ -99,8 +197,7 @@ def one_thread() -> Iterator[None]:
 
     An explorer runs the model on one short sequence: the matrices are so small that
     handing them to a second thread costs more than the work, and on a shared 2-core
-    machine the threads wait for each other (a 64-token forward pass of the benchmark's
-    model took about 200 ms on 2 threads and 1 ms on one).
+    machine the threads wait for each other.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -116,35 +213,9 @@ def row_entropy(weights: torch.Tensor) -> torch.Tensor:
 
 
 class Painter:
-    """Draws one kind of view into a figure in two steps, so a redraw is cheap.
-
-    :meth:`build` lays out the axes, tick labels, colour bars and artists (slow in
-    matplotlib: a tick label is several objects); :meth:`update` only sets their data,
-    colours and texts. :meth:`paint` builds again only when :meth:`layout_key` changes
-    (e.g. the number of tokens), so most control changes cost one ``update`` and one
-    PNG encoding. The static ``draw_*_view`` functions paint a fresh figure with the
-    same painter, so the live picture and the static one are drawn by the same code.
-    """
+    """Draws one kind of view into a matplotlib figure: :meth:`build` lays it out, :meth:`update` fills it."""
 
     figsize: tuple[float, float] = (8.0, 5.0)
-
-    def __init__(self) -> None:
-        self._key: object = None
-        self._fig: Figure | None = None
-        self._background = None
-        self._bare = None  # the background with the texts of self.labels left out
-        self._drawn: list = []  # (text, box) of each label as the saved background shows it
-        self.builds = 0
-        # Artists that update() changes, in drawing order. render_png() draws everything
-        # else once (the background: axes, tick labels...) and then only these.
-        self.dynamic: list[Artist] = []
-        # Tick labels whose texts update() may change while their places stay (new text of the
-        # same length): they are laid out in the background but drawn on their own.
-        self.labels: list[Text] = []
-
-    def layout_key(self, view: dict) -> object:
-        """What the layout depends on; views with equal keys differ only in data."""
-        return None
 
     def build(self, fig: Figure, view: dict) -> None:  # pragma: no cover - every painter overrides it
         raise NotImplementedError
@@ -152,168 +223,69 @@ class Painter:
     def update(self, view: dict) -> None:  # pragma: no cover - every painter overrides it
         raise NotImplementedError
 
-    def paint(self, fig: Figure, view: dict) -> Figure:
-        key = self.layout_key(view)
-        if fig is not self._fig or key != self._key:
-            new_figure(self.figsize, fig)
-            self.dynamic = []
+    def draw(self, view: dict, fig: Figure | None = None) -> Figure:
+        """Paint ``view`` into ``fig`` (cleared) or a new pyplot figure: the static picture.
+
+        The static pictures are always labelled in English, whatever :func:`gpt_lesson.set_language`
+        says: matplotlib's default font has no Chinese glyphs, and a figure must never show empty
+        boxes on a machine without a CJK font. The live explorer in the page uses the chosen language.
+        """
+        with language("en"):
+            fig = new_figure(self.figsize, fig)
             self.build(fig, view)
-            self._fig, self._key, self._background, self._bare = fig, key, None, None
-            self.builds += 1
-        self.update(view)
+            self.update(view)
         return fig
 
-    def render_png(self) -> bytes:
-        """PNG bytes of the painted figure, redrawing only the dynamic artists over a saved background.
 
-        The result is the picture ``savefig`` gives (the same artists in the same order),
-        at the figure's own dpi.
-        """
-        fig = self._fig
-        if fig is None:
-            raise ValueError("nothing painted yet: call paint() first")
-        canvas = fig.canvas
-        self.dynamic = [a for a in self.dynamic if a is not None]
-        changed = self._changed_labels(canvas.get_renderer()) if self._background is not None else {}
-        if self._bare is None:
-            shown = [a.get_visible() for a in self.dynamic]
-            for a in self.dynamic:
-                a.set_visible(False)
-            # Transparent, not hidden: the labels still take their room, so the axis labels
-            # beside them are placed as in a full draw.
-            alphas = [t.get_alpha() for t in self.labels]
-            for t in self.labels:
-                t.set_alpha(0.0)
-            canvas.draw()
-            self._bare = np.array(canvas.buffer_rgba())
-            for t, alpha in zip(self.labels, alphas):
-                t.set_alpha(alpha)
-            for a, visible in zip(self.dynamic, shown):
-                a.set_visible(visible)
-            self._background = None
-        renderer = canvas.get_renderer()
-        pixels = np.asarray(canvas.buffer_rgba())
-        if self._background is None:
-            pixels[...] = self._bare
-            for t in self.labels:
-                t.draw(renderer)
-            self._background = pixels.copy()
-            self._drawn = [(t.get_text(), t.get_window_extent(renderer)) for t in self.labels]
-        else:
-            self._redraw_labels(changed, pixels, renderer)
-            pixels[...] = self._background
-        for a in self.dynamic:
-            a.draw(renderer)  # an invisible artist draws nothing
-        width, height = canvas.get_width_height()
-        image = PIL.Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-        buf = io.BytesIO()
-        image.save(buf, format="png", compress_level=1)
-        return buf.getvalue()
+class ExplorerWidget(anywidget.AnyWidget):
+    """Base of the explorers: the module and style they run, their label table, and the static picture.
 
-    def label_room(self, drawn: list) -> object:
-        """What else in the picture depends on the labels' (text, box) pairs ``drawn``: when it
-        changes, the whole figure is drawn again. None: nothing."""
-        return None
-
-    def _changed_labels(self, renderer) -> dict:
-        """{index: new box} of the labels whose text differs from the saved background's.
-
-        Forgets the label-free background when the new labels change :meth:`label_room`.
-        """
-        changed = {i: t.get_window_extent(renderer) for i, (t, (text, _)) in enumerate(zip(self.labels, self._drawn))
-                   if t.get_text() != text}
-        if changed:
-            now = [(t.get_text(), changed.get(i, box)) for i, (t, (_, box)) in enumerate(zip(self.labels, self._drawn))]
-            if self.label_room(now) != self.label_room(self._drawn):
-                self._bare = None
-        return changed
-
-    def _redraw_labels(self, changed: dict, pixels: np.ndarray, renderer) -> None:
-        """Bring the saved background up to date with the labels ``changed`` (index: new box).
-
-        The labels overlap their neighbours, so the changed area is drawn again from the
-        label-free background with every label that reaches into it, in drawing order,
-        and only that area is copied into the saved background: the same pixels as
-        drawing all the labels again.
-        """
-        if not changed:
-            return
-        boxes = [box for _, box in self._drawn]
-        height, width = pixels.shape[:2]
-        areas = []  # (x0, x1, y0, y1) in whole pixels, y up
-        for i, new_box in changed.items():
-            area = Bbox.union([boxes[i], new_box]).padded(3)  # antialiasing reaches past a glyph's box
-            boxes[i] = new_box
-            self._drawn[i] = (self.labels[i].get_text(), new_box)
-            x0, x1 = max(int(math.floor(area.x0)), 0), min(int(math.ceil(area.x1)), width)
-            y0, y1 = max(int(math.floor(area.y0)), 0), min(int(math.ceil(area.y1)), height)
-            if x0 < x1 and y0 < y1:
-                areas.append((x0, x1, y0, y1))
-        pixels[...] = self._bare
-        for t, box in zip(self.labels, boxes):
-            if any(box.x1 + 3 >= x0 and box.x0 - 3 <= x1 and box.y1 + 3 >= y0 and box.y0 - 3 <= y1
-                   for x0, x1, y0, y1 in areas):
-                t.draw(renderer)
-        for x0, x1, y0, y1 in areas:
-            rows = slice(height - y1, height - y0)  # the pixel rows run from the top
-            self._background[rows, x0:x1] = pixels[rows, x0:x1]
-
-    def draw(self, view: dict, fig: Figure | None = None) -> Figure:
-        """Paint ``view`` into ``fig`` (cleared) or a new pyplot figure: the static fallback."""
-        return self.paint(new_figure(self.figsize, fig), view)
-
-
-class Explorer:
-    """Base of the explorers: controls above a message line and the picture.
-
-    Subclasses set ``self.painter`` (a painter of their kind) before calling this
-    ``__init__``, build their controls, call :meth:`_finish` with them, and update
-    ``self.view``, the computed data the picture shows (what the tests check),
-    before calling :meth:`redraw`.
-
-    Each layout the explorer has shown keeps its own figure and painter (the last
-    ``max_layouts``), so going back to a layout, e.g. from "all heads" to one head,
-    costs an update, not a new layout.
+    Subclasses set ``kind`` ("attention", "mask" or "scaling") and ``painter``, keep ``self.view``
+    (the numbers the picture shows, computed by Python: what notebooks assert on) up to date,
+    and fill ``payload``, the data the browser draws from.
     """
 
-    css_class = "gpt-lesson-explorer"
-    painter: Painter
-    max_layouts = 4
+    kind = ""
+    painter: type[Painter] = Painter
+    _controls: tuple[str, ...] = ()  # the traits the page sets, in the order __repr__ lists them
+    labels = traitlets.Dict().tag(sync=True)
+    payload = traitlets.Dict().tag(sync=True)
 
-    def __init__(self) -> None:
-        self._layouts: OrderedDict[object, tuple[Painter, Figure]] = OrderedDict()
-        self._fig: Figure | None = None
-        self.image = widgets.Image(format="png")
-        self.message = widgets.HTML(value="")
-        self.view: dict = getattr(self, "view", {})  # a subclass may have computed it while validating
-        self.png: bytes = b""
-        self.redraws = 0
-        self._holding = False  # True while several controls are set together: handlers wait for one redraw
+    def __init__(self, **traits) -> None:
+        super().__init__(labels=labels_for(self.kind), **traits)
+        self.add_class(f"gpt-lesson-{self.kind}-explorer")
+        self.on_msg(self._on_front_end_message)
 
-    def _finish(self, controls: list[widgets.Widget]) -> None:
-        self.widget = widgets.VBox([*controls, self.message, self.image])
-        self.widget.add_class(self.css_class)
-        self.widget.add_class("gpt-lesson-explorer")
+    def __repr__(self) -> str:
+        """What a page without widgets (GitHub, a terminal) shows: the explorer and its controls."""
+        shown = []
+        for name in self._controls:
+            value = getattr(self, name)
+            if isinstance(value, str) and len(value) > 40:
+                value = value[:37] + "..."
+            shown.append(f"{name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
 
-    def redraw(self) -> None:
-        """Draw the current view and send it to the Image widget."""
-        key = self.painter.layout_key(self.view)
-        if key in self._layouts:
-            self._layouts.move_to_end(key)
-        else:
-            fig = Figure(figsize=self.painter.figsize, dpi=PNG_DPI)
-            FigureCanvasAgg(fig)  # an Agg canvas of its own: pyplot's figure manager never knows this figure
-            self._layouts[key] = (type(self.painter)(), fig)
-            if len(self._layouts) > self.max_layouts:
-                self._layouts.popitem(last=False)
-        self.painter, self._fig = self._layouts[key]
-        self.painter.paint(self._fig, self.view)
-        self.png = self.painter.render_png()
-        self.image.value = self.png
-        self.redraws += 1
+    def _on_front_end_message(self, widget, content, buffers) -> None:
+        # The page asks whether a kernel is there (an exported page gets no answer and says so).
+        if isinstance(content, dict) and content.get("type") == "ping":
+            self.send({"type": "pong"})
+
+    def figure(self) -> Figure:
+        """The static picture of what the explorer shows now, in a figure of its own (pyplot never sees it)."""
+        fig = Figure(figsize=self.painter.figsize, dpi=PNG_DPI)
+        FigureCanvasAgg(fig)
+        return self.painter().draw(self.view, fig)
+
+    @property
+    def png(self) -> bytes:
+        """The static picture as PNG bytes (80 dpi)."""
+        buf = io.BytesIO()
+        self.figure().savefig(buf, format="png", dpi=PNG_DPI, facecolor="white")
+        return buf.getvalue()
 
     def save_png(self, path: str | os.PathLike) -> Path:
-        """Write the picture the explorer shows now to ``path`` (a .png file); returns the path."""
+        """Write the static picture of what the explorer shows now to ``path`` (a .png file); returns the path."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         path = Path(path)
@@ -324,7 +296,6 @@ class Explorer:
         path.write_bytes(self.png)
         return path
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def embedded_state_bytes(self) -> int:
+        """Bytes this explorer adds to a saved notebook's widget state (and to an exported page)."""
+        return embedded_state_bytes(self)

@@ -1,21 +1,27 @@
-"""Mask explorer: the ``tril`` mask, ``masked_fill(-inf)``, the softmax, and what leaks without it."""
+"""Mask explorer: the ``tril`` mask, ``masked_fill(-inf)``, the softmax, and what leaks without it.
+
+Python draws the random demo queries and keys for every T of the slider once and sends their
+scores; the browser (``static/mask.mjs``) applies the chosen mask and the softmax itself.
+"""
 from __future__ import annotations
 
-import html
 import math
+import textwrap
 
-import ipywidgets as widgets
 import numpy as np
 import torch
+import traitlets
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from ..validation import check_positive_int
 from ..attention import apply_mask, attention_scores, attention_weights, causal_mask, padding_mask
+from ..validation import check_positive_int
 from ..viz import plot_attention, shade_masked
-from ._common import Explorer, Painter, check_choice, one_thread, set_color_scale
+from ._common import CSS, ExplorerWidget, Painter, check_choice, esm, one_thread
+from .labels import label
 
-__all__ = ["MASKS", "MAX_T", "mask_matrix", "mask_view_data", "MaskPainter", "draw_mask_view", "MaskExplorer"]
+__all__ = ["MASKS", "MAX_T", "mask_matrix", "demo_scores", "mask_view_data", "readout_lines", "MaskPainter",
+           "draw_mask_view", "MaskExplorer"]
 
 MASKS = ("causal", "none", "padding", "causal+padding")
 MAX_T = 32  # beyond this the cells are too small to read
@@ -48,6 +54,14 @@ def _check_n_real(n_real: object, T: int) -> int:
     return n_real
 
 
+def demo_scores(T: int, seed: int = 0) -> torch.Tensor:
+    """Scaled scores (T, T) of ``T`` random queries and keys of size 8, drawn with ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(T, _D_DEMO, generator=g)
+    k = torch.randn(T, _D_DEMO, generator=g)
+    return attention_scores(q, k)  # (T, T), scaled by 1/sqrt(d_k)
+
+
 def mask_view_data(T: int = 8, mask: str = "causal", n_real: int | None = None, seed: int = 0) -> dict:
     """Scores of ``T`` random queries and keys, the mask, the masked scores and the weights.
 
@@ -62,10 +76,7 @@ def mask_view_data(T: int = 8, mask: str = "causal", n_real: int | None = None, 
     n_real = default_n_real(T) if n_real is None else _check_n_real(n_real, T)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed={seed!r} must be an integer")
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(T, _D_DEMO, generator=g)
-    k = torch.randn(T, _D_DEMO, generator=g)
-    scores = attention_scores(q, k)  # (T, T), scaled by 1/sqrt(d_k)
+    scores = demo_scores(T, seed)
     m = mask_matrix(T, mask, n_real)
     masked = apply_mask(scores, m)
     weights = attention_weights(masked)
@@ -73,28 +84,31 @@ def mask_view_data(T: int = 8, mask: str = "causal", n_real: int | None = None, 
     ok = ~torch.isnan(weights).any(-1)  # (T,) rows with a real distribution
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     leak = float((weights * future)[ok].sum() / ok.sum()) if bool(ok.any()) else float("nan")
-    if nan_rows:
-        rows = ", ".join(map(str, nan_rows))
-        explanation = (f"Row(s) {rows}: every key is masked, so softmax(−∞, …, −∞) = 0/0 = NaN. "
-                       "The causal mask alone never does this: it keeps the diagonal, so each query sees at least itself.")
-    elif mask in ("causal", "causal+padding"):
-        explanation = "No row is fully masked: the causal mask keeps the diagonal (each query sees itself), so no NaN."
-    else:
-        explanation = "No row is fully masked, so no NaN."
-    return {"T": T, "mask_name": mask, "n_real": n_real, "mask": m, "scores": scores, "masked": masked,
-            "weights": weights, "leak": leak, "nan_rows": nan_rows, "explanation": explanation}
+    view = {"T": T, "mask_name": mask, "n_real": n_real, "mask": m, "scores": scores, "masked": masked,
+            "weights": weights, "leak": leak, "nan_rows": nan_rows}
+    view["explanation"] = _explanation(view)
+    return view
+
+
+def _explanation(view: dict) -> str:
+    """Why the weights look as they do, in the current language."""
+    if view["nan_rows"]:
+        return label("mask", "explain_nan", rows=", ".join(map(str, view["nan_rows"])))
+    if view["mask_name"] in ("causal", "causal+padding"):
+        return label("mask", "explain_causal")
+    return label("mask", "explain_no_nan")
 
 
 def _leak_text(view: dict) -> str:
-    if view["leak"] != view["leak"]:  # NaN: no row has a distribution to measure
-        return "leak to the future: undefined (every row is NaN)"
-    verdict = "nothing leaks" if view["leak"] == 0 else "the model can read the future"
-    return f"leak to the future: {view['leak']:.3f} of each row's weight on average ({verdict})"
+    if math.isnan(view["leak"]):  # no row has a distribution to measure
+        return label("mask", "leak_undefined")
+    verdict = label("mask", "verdict_none" if view["leak"] == 0 else "verdict_leak")
+    return label("mask", "leak", leak=view["leak"], verdict=verdict)
 
 
-def _remove(artists: list) -> None:
-    for a in artists:
-        a.remove()
+def readout_lines(view: dict) -> list[str]:
+    """The read-out lines under the explorer, from Python's numbers (the browser writes the same)."""
+    return [_leak_text(view), _explanation(view)]
 
 
 class MaskPainter(Painter):
@@ -102,29 +116,24 @@ class MaskPainter(Painter):
 
     figsize = MASK_FIGSIZE
 
-    def layout_key(self, view: dict) -> object:
-        return view["T"]
-
     def build(self, fig: Figure, view: dict) -> None:
         T = view["T"]
         labels = [str(i) for i in range(T)]
-        self.axes = list(fig.subplots(2, 2, gridspec_kw={"left": 0.07, "right": 0.95, "top": 0.9, "bottom": 0.13,
+        self.axes = list(fig.subplots(2, 2, gridspec_kw={"left": 0.07, "right": 0.95, "top": 0.9, "bottom": 0.16,
                                                          "wspace": 0.3, "hspace": 0.35}).flat)
-        titles = ["mask: 1 = may look, 0 = hidden", "scores before masked_fill",
-                  "after masked_fill(mask == 0, −∞)", "weights after softmax"]
+        titles = [label("mask", k) for k in ("panel_mask", "panel_scores", "panel_masked", "panel_weights")]
         self.images, self.cbars, self.cells = [], [], []
         for n, (ax, title) in enumerate(zip(self.axes, titles)):
             plot_attention(torch.zeros(T, T), labels, ax=ax, signed=False, colorbar=n > 0, annotate=False,
                            title=title)
-            ax.set_xlabel("key", fontsize=9)
-            ax.set_ylabel("query", fontsize=9)
+            ax.set_xlabel(label("mask", "axis_key"), fontsize=9)
+            ax.set_ylabel(label("mask", "axis_query"), fontsize=9)
             self.images.append(ax.images[0])
             self.cbars.append(ax.images[0].colorbar)
             self.cells.append([[ax.text(j, i, "", ha="center", va="center", fontsize=8) for j in range(T)]
                                for i in range(T)] if T <= 8 else [])
         self.title = fig.suptitle(" ", fontsize=12)
-        self.footer = fig.text(0.01, 0.015, "", fontsize=9, va="bottom")
-        self.extra: list = []  # shading, NaN patches and legends, made anew by each update
+        self.footer = fig.text(0.01, 0.012, "", fontsize=9, va="bottom")
 
     def update(self, view: dict) -> None:
         T, m, w = view["T"], view["mask"], view["weights"]
@@ -133,10 +142,11 @@ class MaskPainter(Painter):
         for n, (im, data) in enumerate(zip(self.images, values)):
             signed = n in (1, 2)
             im.set_data(np.where(torch.isfinite(data).numpy(), data.numpy(), np.nan))
-            if set_color_scale(im, "RdBu_r" if signed else "viridis", -lim if signed else 0.0,
-                               lim if signed else 1.0) and n:
+            im.set_cmap("RdBu_r" if signed else "viridis")
+            im.set_clim(-lim if signed else 0.0, lim if signed else 1.0)
+            if n:
                 self.cbars[n].update_normal(im)
-                self.cbars[n].set_label("score" if signed else "weight")
+                self.cbars[n].set_label(label("mask", "score" if signed else "weight"))
         numbers = [data.tolist() for data in values]  # Python floats: indexing a tensor per cell is slow
         shown = m.tolist()
         for n, cells in enumerate(self.cells):
@@ -150,32 +160,28 @@ class MaskPainter(Painter):
                         txt.set_text("−∞" if hidden else "")
                     else:
                         txt.set_text("" if (n == 3 and hidden) or not math.isfinite(v) else f"{v:.2f}")
-                    dark = v < 0.5 if n in (0, 3) else abs(v) > 0.6 * lim  # white text on dark cells
+                    if hidden and n in (2, 3):
+                        dark = False  # on the light grey hatching: dark text
+                    else:
+                        dark = v < 0.5 if n in (0, 3) else abs(v) > 0.6 * lim
                     txt.set_color("white" if dark else "black")
-        _remove(self.extra)
         ax2, ax3 = self.axes[2], self.axes[3]
-        n2, n3 = len(ax2.collections), len(ax3.collections)
         shade_masked(ax2, m, label="−∞")
-        shade_masked(ax3, m, label="weight 0 (hidden)")
+        shade_masked(ax3, m, label=label("mask", "key_hidden"))
         handles = list(ax3.get_legend().legend_handles) if ax3.get_legend() is not None else []
-        nan_patches = [ax3.add_patch(Rectangle((-0.5, i - 0.5), T, 1, facecolor="#f4a6a6", edgecolor="tab:red",
-                                               hatch="xx")) for i in view["nan_rows"]]
-        if nan_patches:
-            handles.append(Patch(facecolor="#f4a6a6", edgecolor="tab:red", hatch="xx", label="NaN (0/0)"))
-        if handles:
-            ax3.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
-        self.extra = [*ax2.collections[n2:], *ax3.collections[n3:], *nan_patches]
-        legends = [ax.get_legend() for ax in (ax2, ax3) if ax.get_legend() is not None]
-        pad = f", {view['n_real']} real tokens then padding" if "padding" in view["mask_name"] else ""
-        self.title.set_text(f"Mask: {view['mask_name']} (T={T}{pad})")
-        self.footer.set_text(_leak_text(view) + "\n" + view["explanation"])
-        # The scores before masking, and so the colour ranges, depend on T only (a new layout):
-        # panel 1 and the colour bars stay in the saved background.
-        changing = [0, 2, 3]
-        self.dynamic = [*(self.images[n] for n in changing), *ax2.collections[n2:], *ax3.collections[n3:],
-                        *nan_patches, *(t for n in changing for row in self.cells[n] for t in row),
-                        *(s for n in changing for s in self.axes[n].spines.values()), *legends,
-                        self.title, self.footer]  # the colour bars' ranges depend on T only
+        for i in view["nan_rows"]:
+            ax3.add_patch(Rectangle((-0.5, i - 0.5), T, 1, facecolor="#f4a6a6", edgecolor="tab:red", hatch="xx"))
+        if view["nan_rows"]:
+            handles.append(Patch(facecolor="#f4a6a6", edgecolor="tab:red", hatch="xx", label=label("mask", "key_nan")))
+        if handles:  # below the panel, never over its cells
+            ax3.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8, ncol=1,
+                       frameon=False)
+        if ax2.get_legend() is not None:
+            ax2.get_legend().remove()
+        pad = label("mask", "title_padding", n=view["n_real"]) if "padding" in view["mask_name"] else ""
+        self.title.set_text(label("mask", "mask_title", mask=label("mask", "mask_" + view["mask_name"]), T=T, pad=pad))
+        # wrapped, so the last words stay inside the figure
+        self.footer.set_text("\n".join(textwrap.fill(line, 120) for line in readout_lines(view)))
 
 
 def draw_mask_view(T: int = 8, mask: str = "causal", *, n_real: int | None = None, seed: int = 0,
@@ -188,44 +194,64 @@ def draw_mask_view(T: int = 8, mask: str = "causal", *, n_real: int | None = Non
     return MaskPainter().draw(mask_view_data(T, mask, n_real, seed), fig)
 
 
-class MaskExplorer(Explorer):
-    """Live view of the mask: sequence length, mask choice and the number of real (unpadded) tokens."""
+class MaskExplorer(ExplorerWidget):
+    """Live view of the mask: sequence length ``T``, ``mask`` and ``n_real`` (real tokens before the padding).
 
-    css_class = "gpt-lesson-mask-explorer"
+    The three are traits, settable from Python too; ``view`` holds what Python computed for them.
+    """
+
+    kind = "mask"
+    painter = MaskPainter
+    _controls = ("T", "mask", "n_real")
+    _esm = esm("mask")
+    _css = CSS
+
+    T = traitlets.Int(8).tag(sync=True)
+    mask = traitlets.Unicode("causal").tag(sync=True)
+    n_real = traitlets.Int(6).tag(sync=True)
 
     def __init__(self, T: int = 8, mask: str = "causal", *, n_real: int | None = None, seed: int = 0) -> None:
         check_positive_int("T", T)
         if T > SLIDER_MAX_T:
             raise ValueError(f"T={T} is beyond the slider's range 1..{SLIDER_MAX_T}; draw_mask_view() goes to {MAX_T}")
         self.view = mask_view_data(T, mask, n_real, seed)  # validates every argument before any widget exists
-        self.painter = MaskPainter()
-        super().__init__()
         self.seed = seed
-        self.T = widgets.IntSlider(value=T, min=1, max=SLIDER_MAX_T, description="T")
-        self.mask = widgets.ToggleButtons(options=list(MASKS), value=mask, description="mask")
-        self.n_real = widgets.IntSlider(value=self.view["n_real"], min=0, max=T, description="real tokens")
-        self.readout = widgets.HTML(value="")
-        for w in (self.T, self.mask, self.n_real):
-            w.observe(self._on_change, names="value")
-        self._finish([widgets.HBox([self.T, self.n_real]), self.mask, self.readout])
-        self._update()
+        self._ready = False
+        with one_thread():
+            scores = torch.cat([demo_scores(t, seed).reshape(-1) for t in range(1, SLIDER_MAX_T + 1)])
+        payload = {"max_T": SLIDER_MAX_T, "seed": seed, "scores": scores.to(torch.float32).numpy().tobytes()}
+        super().__init__(T=T, mask=mask, n_real=self.view["n_real"], payload=payload)
+        self._ready = True
 
-    def _on_change(self, change: dict) -> None:
-        if self._holding:
-            return
-        if change["owner"] is self.T:
-            self._holding = True
-            try:  # keep the padding share when T changes
-                self.n_real.max = max(self.n_real.max, change["new"])
-                self.n_real.value = min(self.n_real.value, change["new"])
-                self.n_real.max = change["new"]
-            finally:
-                self._holding = False
-        self._update()
+    @traitlets.validate("T")
+    def _valid_T(self, proposal):
+        T = check_positive_int("T", proposal["value"])
+        if T > SLIDER_MAX_T:
+            raise ValueError(f"T={T} is beyond the slider's range 1..{SLIDER_MAX_T}")
+        return T
 
-    def _update(self) -> None:
-        self.n_real.disabled = "padding" not in self.mask.value
-        with one_thread():  # tiny tensors: a second thread costs more than it saves
-            self.view = mask_view_data(self.T.value, self.mask.value, self.n_real.value, self.seed)
-        self.readout.value = html.escape(_leak_text(self.view)) + "<br>" + html.escape(self.view["explanation"])
-        self.redraw()
+    @traitlets.validate("mask")
+    def _valid_mask(self, proposal):
+        return check_choice("mask", proposal["value"], MASKS)
+
+    @traitlets.validate("n_real")
+    def _valid_n_real(self, proposal):
+        return _check_n_real(proposal["value"], SLIDER_MAX_T)
+
+    @traitlets.observe("T")
+    def _on_T(self, change) -> None:
+        if self._ready and self.n_real > change["new"]:  # keep the real tokens within the new length
+            ready, self._ready = self._ready, False
+            self.n_real = change["new"]
+            self._ready = ready
+
+    @traitlets.observe("T", "mask", "n_real")
+    def _on_control(self, change) -> None:
+        if self._ready:
+            with one_thread():  # tiny tensors: a second thread costs more than it saves
+                self.view = mask_view_data(self.T, self.mask, min(self.n_real, self.T), self.seed)
+
+    @property
+    def readout(self) -> str:
+        """The read-out lines the explorer shows under the picture, as Python computes them."""
+        return "\n".join(readout_lines(self.view))
