@@ -1,12 +1,17 @@
-"""The offline slide decks: slide counting, solution stripping, the build, and the decks in Chromium.
+"""The offline slide decks: slide counting, answer stripping, test scaffolding, the build, and the decks
+in Chromium.
 
 The build fixture builds a deck for every notebook in notebooks/ plus a small notebook written
-here (it has every slide type, a formula, a local figure, speaker notes and a solution), so the
-browser tests have a known deck even before the lessons exist. The browser tests open decks
-from file:// with the network off and record every request that is not a local file.
+here (it has every slide type, a formula, a local figure, speaker notes, a solution, model answers,
+test scaffolding, a long code line and Chinese terms and emoji), so the browser tests have a known
+deck whatever the lessons hold. The browser tests open decks from file:// with the network off, in
+a Chromium that sees only the DejaVu fonts (a Linux lab PC without CJK or emoji fonts), and measure
+every slide with tools/slide_metrics.py: text size on a 1280x720 projector, code cut off on the
+right, characters drawn as missing-glyph boxes.
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -17,19 +22,30 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tools import slides
+from tools import slide_metrics, slides
+from tools.exercises import without_magics
+from tools.slide_metrics import BODY_MIN_PX, CHROMIUM, CODE_MIN_PX, measure_deck, open_browser, screenshot_slide
 from tools.slides import (
-    VendorError, build_decks, count_slides, fetch_vendor, find_notebooks, remote_references,
-    strip_solutions, write_student_copies,
+    VendorError,
+    answer_kind,
+    build_decks,
+    count_slides,
+    fetch_vendor,
+    find_notebooks,
+    remote_references,
+    strip_scaffolding,
+    strip_solutions,
+    write_student_copies,
 )
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
-LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+ARTIFACTS = REPO / "test-artifacts" / "slides"
+LONG_LINE = ("weights = {\"查询 (query)\": 0.25, \"键 (key)\": 0.75}  # a comment long enough to run far past "
+             "the right edge of a 1280 px slide at 26 px")
+
+
+def _slide_type(cell) -> str:
+    return cell.get("metadata", {}).get("slideshow", {}).get("slide_type", "-")
 
 
 def _cell(cell, slide_type: str):
@@ -71,10 +87,20 @@ def _tiny_notebook(folder: Path) -> Path:
         _cell(new_code_cell("explorer", execution_count=2, outputs=[new_output("display_data", {
             "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
             "text/plain": "ScalingExplorer(...)"})]), "-"),
+        _cell(new_code_cell(
+            f"# NBVAL_IGNORE_OUTPUT\n{LONG_LINE}\nprint(\"✅ passed: √d_k, Qᵀ, ⏎ 因果掩码\")\n"
+            "# Check: the weights sum to one.\nassert abs(sum(weights.values()) - 1) < 1e-9",
+            execution_count=3, outputs=[new_output("stream", name="stdout", text=(
+                "✅ passed: √d_k, Qᵀ, ⏎ 因果掩码\n" + "0123456789" * 14 + "\n"))]), "-"),
+        _cell(new_code_cell("# Check: scaffolding only.\nassert 1 + 1 == 2", execution_count=4), "-"),
         _cell(new_markdown_cell(
             "## Your turn 1: add\n\n<details><summary>Solution</summary>\n\n"
             "```python\nanswer = 41 + 1\n```\n</details>\n\n"
             "<details><summary>Hint</summary>\n\nUse +.\n</details>"), "slide"),
+        _cell(new_markdown_cell(
+            "Q1 · Why scale?\n\n<details><summary><b>Model answer (English, about one minute)</b></summary>\n\n"
+            "MODEL-ANSWER-TEXT\n</details>\n\n<details><summary><b>参考答案（中文）</b></summary>\n\n参考答案正文\n"
+            "</details>\n\n1. Quiz?\n   <details><summary>Answer</summary>QUIZ-ANSWER-TEXT</details>"), "fragment"),
     ])
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2,
                                                                               "version_minor": 0}}
@@ -111,23 +137,94 @@ def test_count_slides_rejects_decks_without_slides_and_unknown_types():
         count_slides(_notebook(["slide", "title"]))
 
 
-def test_strip_solutions_removes_solution_blocks_only(tmp_path):
+def test_strip_solutions_removes_every_answer_block_and_keeps_hints(tmp_path):
     nb = nbformat.read(_tiny_notebook(tmp_path), as_version=4)
     stripped, removed = strip_solutions(nb)
-    assert removed == 1
-    text = stripped.cells[-1].source
-    assert "answer = 41 + 1" not in text and "teacher's version" in text
-    assert "<summary>Hint</summary>" in text  # hints stay
-    assert "answer = 41 + 1" in nb.cells[-1].source  # the original is untouched
+    assert removed == 4  # the solution, the two model answers, the quiz answer
+    text = "\n".join(c.source for c in stripped.cells)
+    for answer in ("answer = 41 + 1", "MODEL-ANSWER-TEXT", "参考答案正文", "QUIZ-ANSWER-TEXT"):
+        assert answer not in text
+        assert any(answer in c.source for c in nb.cells)  # the original is untouched
+    for kind in ("Solution", "Model answer", "参考答案", "Answer"):
+        assert f"*({kind} removed from this copy: it is in the teacher's version.)*" in text
+    assert "<summary>Hint</summary>" in text and "Use +." in text  # hints stay
     assert count_slides(stripped) == count_slides(nb)
+
+
+@pytest.mark.parametrize("block, kind", [
+    ("<details><summary>Solution</summary>x</details>", "Solution"),
+    ('<details class="x"><summary> solutions to all </summary>x</details>', "Solutions to all"),
+    ("<details><summary><b>Model answer (English, about one minute)</b></summary>x</details>", "Model answer"),
+    ("<details><summary><b>参考答案（中文，约一分钟）</b></summary>x</details>", "参考答案"),
+    ("<details><summary>Answer</summary>x</details>", "Answer"),
+    ("<details><summary>Hint</summary>x</details>", None),
+    ("<details><summary>Teaching note</summary>the answer is 42</details>", None),
+    ("<details><summary>Why is the answer NaN?</summary>x</details>", None),
+])
+def test_answer_kind(block, kind):
+    assert answer_kind(block) == kind
+
+
+def test_strip_solutions_keeps_nested_blocks_whole():
+    nb = _notebook(["slide"])
+    nb.cells[0].source = ("<details><summary>Solution</summary>\n<details><summary>Hint</summary>inner</details>\n"
+                          "after the inner block\n</details>\ntail")
+    stripped, removed = strip_solutions(nb)
+    assert removed == 1
+    assert stripped.cells[0].source == "*(Solution removed from this copy: it is in the teacher's version.)*\ntail"
+
+
+@pytest.mark.parametrize("source, shown", [
+    ("x = 1\nassert x == 1", "x = 1"),
+    ("# NBVAL_IGNORE_OUTPUT\nprint(1)", "print(1)"),
+    ("x = 1\n# Check: x is one,\n# and positive.\nassert x == 1 and \\\n    x > 0\nprint(x)", "x = 1\nprint(x)"),
+    ("for i in range(3):\n    assert i < 3\ny = 2", "y = 2"),
+    ("with ctx():\n    y = f()\n    assert y\nz = y", "with ctx():\n    y = f()\nz = y"),
+    ("def g(x):\n    assert x > 0\n    return x", "def g(x):\n    assert x > 0\n    return x"),  # code, not scaffolding
+    ("%timeit f()\nassert True", "%timeit f()"),
+    ("x = (\nassert", "x = (\nassert"),  # does not parse: left as it is
+    ("# Check: all.\nassert a\nassert b", ""),
+    ("a = 1\n\n\nassert a\n\n\ndef f():\n    pass", "a = 1\n\n\ndef f():\n    pass"),
+])
+def test_strip_scaffolding(source, shown):
+    assert strip_scaffolding(source) == shown
+
+
+def _asserts_outside_definitions(node):
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(child, ast.Assert):
+            yield child
+        yield from _asserts_outside_definitions(child)
+
+
+@pytest.mark.parametrize("name", [p.stem for p in find_notebooks(REPO / "notebooks")])
+def test_lesson_decks_show_no_test_scaffolding(name):
+    """The code on the slides has no assert (outside definitions) and no NBVAL marker; the notebook keeps them."""
+    nb = nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
+    shown = slides._deck_notebook(nb, True, REPO / "notebooks")
+    for cell in shown["cells"]:
+        if cell["cell_type"] != "code" or _slide_type(cell) == "skip":
+            continue
+        assert "NBVAL_" not in cell["source"]
+        try:
+            tree = ast.parse(without_magics(cell["source"]))
+        except SyntaxError:
+            continue
+        left = list(_asserts_outside_definitions(tree))
+        assert left == [], f"{name}: an assert is still on a slide:\n{cell['source']}"
+    assert [c["cell_type"] for c in shown["cells"] if _slide_type(c) != "notes"] == [
+        c.cell_type for c in nb.cells if _slide_type(c) != "notes"]  # no cell is lost
 
 
 def test_write_student_copies(tmp_path):
     src = _tiny_notebook(tmp_path / "teacher")
     written = write_student_copies([src], tmp_path / "student")
-    assert written == [(tmp_path / "student" / "99_tiny.ipynb", 1)]
+    assert written == [(tmp_path / "student" / "99_tiny.ipynb", 4)]
     copy = nbformat.read(written[0][0], as_version=4)
-    assert all("answer = 41" not in c.source for c in copy.cells)
+    assert all("answer = 41" not in c.source and "MODEL-ANSWER-TEXT" not in c.source for c in copy.cells)
+    assert any("assert abs(sum(weights.values()) - 1) < 1e-9" in c.source for c in copy.cells)  # code unchanged
     teacher = nbformat.read(src, as_version=4)
     notes = [c for c in teacher.cells if c.metadata.get("slideshow", {}).get("slide_type") == "notes"]
     assert notes, "the test notebook should have a speaker note"
@@ -140,7 +237,7 @@ def test_write_student_copies(tmp_path):
 def test_student_copies_cli(tmp_path, capsys):
     _tiny_notebook(tmp_path / "nbs")
     assert slides.main(["--notebooks", str(tmp_path / "nbs"), "--student-copies", str(tmp_path / "out")]) == 0
-    assert "99_tiny.ipynb (1 solution block removed)" in capsys.readouterr().out
+    assert "99_tiny.ipynb (4 answer blocks removed)" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["98_other.ipynb", "99_tiny.ipynb"]
 
 
@@ -239,6 +336,29 @@ def test_tiny_deck_content(built):
     assert "Live widget: open this notebook in JupyterLab" in page
     assert "widget-view+json" not in page and "html-manager" not in page
     assert "<details><summary>Solution</summary>" in page and "answer" in page.split("<summary>Solution</summary>")[1].split("</details>")[0]
+    assert "MODEL-ANSWER-TEXT" in page  # the teacher's deck keeps the answers (collapsed)
+    # Test scaffolding is not on the slides; the cell that held only scaffolding shows no input.
+    assert "NBVAL" not in page and "assert" not in page and "Check: the weights" not in page
+    assert "scaffolding only" not in page and page.count("<div class=\"jp-CodeMirrorEditor") == 3  # of 4 shown code cells
+    # Each code line is a block whose wrapped part hangs under the line's start; the fonts are local.
+    assert '<span class="gl-line" style="padding-left:4ch;text-indent:-4ch"><span></span><span class="n">weights</span>' in page
+    assert '<link href="vendor/fonts.css" rel="stylesheet"/>' in page
+    assert "width: 1280" in page and "height: 720" in page
+
+
+def test_fonts_are_local_and_complete(built):
+    vendor = built["out"] / "vendor"
+    css = (vendor / "fonts.css").read_text(encoding="utf-8")
+    assert remote_references(css) == []
+    urls = re.findall(r"url\(([^)]+)\)", css)
+    families = set(re.findall(r"font-family: '([^']+)'", css))
+    assert families == {"Noto Sans", "Noto Sans Mono", "Noto Sans Math", "Noto Sans Symbols 2", "Noto Sans SC",
+                        "Noto Emoji"}
+    assert len(urls) > 100 and all(u.endswith(".woff2") and (vendor / u).stat().st_size > 1000 for u in urls)
+    assert len(re.findall(r"noto-sans-sc-\d+-400-normal\.woff2", css)) > 90  # every CJK chunk
+    for name in slides.VENDOR_PACKAGES:
+        if name.startswith("@fontsource/"):
+            assert "SIL Open Font License" in (vendor / name / "LICENSE").read_text(encoding="utf-8")
 
 
 def test_a_remote_image_in_a_lesson_stops_the_build(built, tmp_path, capsys):
@@ -267,8 +387,11 @@ def test_strip_solutions_option_and_rebuilding_one_deck(built, tmp_path):
     assert slides.main(["--notebooks", nbs, "--out", str(tmp_path)]) == 0
     assert slides.main(["--notebooks", nbs, "--only", "99_tiny", "--out", str(tmp_path), "--strip-solutions"]) == 0
     page = (tmp_path / "99_tiny.html").read_text(encoding="utf-8")
-    assert "answer" not in page
-    assert "Solution removed from this copy" in page
+    for answer in ("answer = 41", "MODEL-ANSWER-TEXT", "参考答案正文", "QUIZ-ANSWER-TEXT"):
+        assert answer not in page
+    assert "Solution removed from this copy" in page and "Model answer removed from this copy" in page
+    assert "Use +." in page  # the hint stays
+    assert '<aside class="notes">' not in page  # no speaker notes in a student deck
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert '<a href="98_other.html">' in index and '<a href="99_tiny.html">' in index  # both still listed
 
@@ -278,31 +401,14 @@ def test_strip_solutions_option_and_rebuilding_one_deck(built, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def browser_context(tmp_path_factory):
+def browser_context():
+    """Chromium with the network off that sees only the DejaVu fonts (a lab PC without CJK or emoji fonts)."""
     if not CHROMIUM.exists():
         if os.environ.get("GPT_LESSON_REQUIRE_BROWSER") == "1":
             pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
         pytest.skip(f"{CHROMIUM} is missing (set GPT_LESSON_REQUIRE_BROWSER=1 to make this a failure)")
-    from playwright.sync_api import sync_playwright
-
-    offline_hits: list[str] = []
-    with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM),
-            args=CHROMIUM_FLAGS, headless=True, offline=True,
-        )
-
-        def route(r):
-            if r.request.url.startswith(LOCAL_SCHEMES):
-                r.continue_()
-            else:
-                offline_hits.append(r.request.url)
-                r.abort()
-
-        ctx.route("**/*", route)
-        ctx.on("request", lambda r: None if r.url.startswith(LOCAL_SCHEMES) else offline_hits.append(r.url))
-        yield ctx, offline_hits
-        ctx.close()
+    with open_browser() as (ctx, remote):
+        yield ctx, remote
 
 
 class PageLog:
@@ -378,19 +484,68 @@ def test_tiny_deck_offline(built, browser_context):
     page.close()
 
 
+def _readability_problems(m) -> list[str]:
+    problems = [f"slide {s.h}/{s.v} ({s.title!r}): code cut off by {c['px']} px: {c['text']!r}" for s, c in m.clipped]
+    problems += [f"slide {s.h}/{s.v} ({s.title!r}): {t['px']} px {'code' if t['code'] else 'text'} {t['text']!r}"
+                 for s, t in m.small]
+    problems += [f"missing glyph {t['ch']} ({t['code']}) in {t['font']}" for t in m.tofu]
+    return problems + m.problems
+
+
+@pytest.mark.browser
+def test_tiny_deck_is_readable_from_the_back_row(built, browser_context):
+    ctx, remote = browser_context
+    m = measure_deck(ctx, built["decks"]["99_tiny"].html, remote)
+    assert len(m.slides) == 4
+    assert _readability_problems(m) == []
+    assert m.body_min >= BODY_MIN_PX and m.code_min >= CODE_MIN_PX
+    print("\n" + m.summary())
+
+
+@pytest.mark.browser
+def test_the_measurement_sees_clipped_code_small_text_and_missing_glyphs(built, browser_context, tmp_path):
+    """The readability test can fail: the same deck with unwrapped code, a small caption and a character
+    that no font has is caught on each count."""
+    ctx, remote = browser_context
+    good = built["decks"]["99_tiny"].html
+    bad = good.with_name("99_tiny_bad.html")
+    page = good.read_text(encoding="utf-8")
+    page = page.replace("</head>", "<style>html body .reveal pre { white-space: pre !important; }</style></head>", 1)
+    # U+17000 (a Tangut character): in no font of the deck, nor of the machine.
+    page = page.replace("<h2", '<p style="font-size: 14px">a small caption</p><p>\U00017000</p><h2', 1)
+    bad.write_text(page, encoding="utf-8")
+    try:
+        m = measure_deck(ctx, bad, remote)
+    finally:
+        bad.unlink()
+    assert [c["text"][:7] for _, c in m.clipped] == ["weights", "✅ passe"]
+    assert all(c["px"] > 100 for _, c in m.clipped)
+    assert [(t["text"], t["code"]) for _, t in m.small] == [("a small caption", False)]
+    assert round(m.small[0][1]["px"]) == round(14 * m.slides[0].scale)
+    assert [t["code"] for t in m.tofu] == ["U+17000"]
+
+
 LESSON_NAMES = [p.stem for p in find_notebooks(REPO / "notebooks")]
 
 
+def _answer_blocks(nb) -> list[str]:
+    return [src[a:b] for c in nb.cells if c.cell_type == "markdown" for src in [c.source]
+            for a, b in slides._details_blocks(src) if answer_kind(src[a:b])]
+
+
 @pytest.mark.parametrize("name", LESSON_NAMES)
-def test_student_copy_of_each_lesson_has_no_solution(name):
-    """Each exercise's solution block is found and removed, so the hand-outs do not leak answers."""
+def test_student_copy_of_each_lesson_has_no_answer(name):
+    """Every solution, model answer and self-test answer is removed from the hand-outs; hints stay."""
     nb = nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
     exercises = sum(len(re.findall(r"^### Your turn", c.source, re.M)) for c in nb.cells if c.cell_type == "markdown")
     stripped, removed = strip_solutions(nb)
-    assert removed >= exercises
+    assert removed == len(_answer_blocks(nb)) >= exercises
+    assert _answer_blocks(stripped) == []
     left = [c.source for c in stripped.cells if c.cell_type == "markdown"
-            and re.search(r"<summary>[^<]*solution", c.source, re.I)]
-    assert left == [], f"{name}: a solution block the student copy does not remove"
+            and re.search(r"<summary>(<[^>]+>)*\s*(solution|model answer|answer|参考答案)", c.source, re.I)]
+    assert left == [], f"{name}: an answer block the student copy does not remove"
+    hints = lambda book: sum(c.source.count("<summary>Hint</summary>") for c in book.cells)  # noqa: E731
+    assert hints(stripped) == hints(nb)
 
 
 @pytest.mark.browser
@@ -415,15 +570,35 @@ def test_lesson_deck_offline(built, browser_context, name):
     page.close()
 
 
+@pytest.mark.browser
+@pytest.mark.parametrize("name", LESSON_NAMES)
+def test_lesson_deck_is_readable_from_the_back_row(built, browser_context, name):
+    """Every slide on a 1280x720 projector: body text >= 32 px, code >= 24 px, no code cut off on the right,
+    no missing-glyph box for the Chinese terms, symbols and emoji (the machine has no CJK or emoji font)."""
+    ctx, remote = browser_context
+    m = measure_deck(ctx, built["decks"][name].html, remote)
+    assert len(m.slides) == built["decks"][name].total
+    assert _readability_problems(m) == []
+    print("\n" + m.summary())
+    if name.startswith("08_"):
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        s = m.densest()
+        shot = screenshot_slide(ctx, built["decks"][name].html, s.h, s.v, ARTIFACTS / f"{name}_densest.png")
+        assert shot.stat().st_size > 10_000
+
+
 def test_commands_in_the_teachers_guide_parse():
-    """Every `python -m tools.slides/figures ...` written in docs/teaching.md is a valid command line."""
+    """Every `python -m tools.X ...` written in docs/teaching.md is a valid command line."""
     import shlex
 
-    from tools import figures
+    from tools import figures, hub_load, nbgrader_course
 
+    parsers = {"slides": slides.build_parser, "figures": figures.build_parser, "hub_load": hub_load.build_parser,
+               "slide_metrics": slide_metrics.build_parser, "nbgrader_course": nbgrader_course.build_parser}
     guide = (REPO / "docs" / "teaching.md").read_text(encoding="utf-8")
-    commands = re.findall(r"`python -m gpt_lesson\.(slides|figures)([^`]*)`", guide)
-    assert {m for m, _ in commands} == {"slides", "figures"}
+    commands = re.findall(r"`python -m tools\.(\w+)([^`]*)`", guide)
+    assert {m for m, _ in commands} >= {"slides", "figures", "nbgrader_course", "slide_metrics", "hub_load"}
+    assert "gpt_lesson.slides" not in guide and "gpt_lesson.figures" not in guide  # the old module paths
     for module, args in commands:
-        parser = (slides if module == "slides" else figures).build_parser()
-        parser.parse_args(shlex.split(args))  # exits (fails the test) on an unknown option
+        assert module in parsers, f"docs/teaching.md names python -m tools.{module}, which is not a tool"
+        parsers[module]().parse_args(shlex.split(args))  # exits (fails the test) on an unknown option

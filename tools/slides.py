@@ -1,25 +1,35 @@
-"""Offline reveal.js decks from the lesson notebooks, and student copies without solutions.
+"""Offline reveal.js decks from the lesson notebooks, for a lecture hall, and student copies without answers.
 
 Build every deck into ``slides/`` (one ``NN_name.html`` per notebook, an ``index.html``
-listing them, and a ``vendor/`` folder with reveal.js, jQuery, require.js and MathJax)::
+listing them, and a ``vendor/`` folder with reveal.js, jQuery, require.js, MathJax and the fonts)::
 
     python -m tools.slides [--out slides/] [--notebooks notebooks/] [--strip-solutions]
 
 The decks are what ``jupyter nbconvert --to slides`` makes from each cell's
 ``slideshow.slide_type`` (slide / subslide / fragment / skip / notes), with every script,
-style sheet and image they need stored locally, so they open from a USB stick in a lecture
-room with no network. The scripts come from the npm registry at build time (``npm pack`` of
-pinned versions whose sha512 is checked); once ``vendor/`` exists, rebuilding needs no network.
+style sheet, font and image they need stored locally, so they open from a USB stick in a lecture
+room with no network. The scripts and fonts come from the npm registry at build time (``npm pack``
+of pinned versions whose sha512 is checked); once ``vendor/`` exists, rebuilding needs no network.
 
-Hand-outs for learners (the same notebooks with the ``<details>`` solution blocks removed)::
+The slides are made for the back row: a 1280x720 slide with body text at 34 px and code at 26 px
+(32.7 and 25 px on a 1280x720 projector, after reveal.js's margin), code that wraps instead of
+running off the slide (continuation lines hang under the line they continue), the course's test
+scaffolding (``assert`` statements and ``NBVAL_*`` markers) left out of the code shown, and
+bundled Noto fonts for the Chinese terms, symbols and emoji, so no lab PC shows an empty box.
+``python -m tools.slide_metrics slides/`` measures all of that in a browser.
+
+Hand-outs for learners (the same notebooks without any answer: the ``<details>`` blocks whose
+summary is a solution, an answer or a model answer; hints stay)::
 
     python -m tools.slides --student-copies student/
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import base64
 import copy
+import fnmatch
 import hashlib
 import html
 import json
@@ -36,8 +46,14 @@ from pathlib import Path
 
 import nbformat
 
+from tools.exercises import without_magics
+
 __all__ = [
     "VENDOR_PACKAGES",
+    "FONT_FAMILIES",
+    "SLIDE_WIDTH",
+    "SLIDE_HEIGHT",
+    "strip_scaffolding",
     "VendorError",
     "NotOfflineError",
     "Deck",
@@ -56,15 +72,27 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # npm packages copied next to the decks: name -> (version, integrity as the registry states it).
 # nbconvert's template was written for reveal.js 4.0.2; 4.6.1 is the last 4.x and keeps the same
 # UMD files (dist/reveal.js, plugin/notes/notes.js) that the template loads through require.js.
+# The fonts (Fontsource's packages of Google's Noto fonts, SIL Open Font License) cover what the
+# lessons show: Latin, Greek and math symbols (Noto Sans, Noto Sans Mono, Noto Sans Math), the
+# Chinese terms (Noto Sans SC), arrows and technical symbols like U+23CE (Noto Sans Symbols 2), and
+# the checks' emoji (Noto Emoji, monochrome). Each comes as unicode-range chunks: a browser loads
+# only the chunks a deck uses.
 VENDOR_PACKAGES: dict[str, tuple[str, str]] = {
     "reveal.js": ("4.6.1", "sha512-1CW0auaXNPmwmvQ7TwpszwVxMi2Xr5cTS3J3EBC/HHgbPF32Dn7aiu/LKWDOGjMbaDwKQiGmfqcoGQ74HUHCMw=="),
     "jquery": ("3.7.1", "sha512-m4avr8yL8kmFN8psrbFFFmB/If14iN5o9nw/NgnnM+kybDJpRsAynV2BsfpTYrTRysYUdADVD7CkUUizgkpLfg=="),
     "requirejs": ("2.3.7", "sha512-DouTG8T1WanGok6Qjg2SXuCMzszOo0eHeH9hDZ5Y4x8Je+9JB38HdTLT4/VA8OaUhBa0JPVHJ0pyBkM1z+pDsw=="),
     "mathjax": ("2.7.9", "sha512-NOGEDTIM9+MrsqnjPEjVGNx4q0GQxqm61yQwSK+/5S59i26wId5IC5gNu9/bu8+CCVl5p9G2IHcAl/wJa+5+BQ=="),
+    "@fontsource/noto-sans": ("5.3.0", "sha512-fBCog2PY7DiVVTEEqtI/Qdinx/knobHYfoGpjFXdfBX5RoJaBp1Prw2G75p0OIsdlMZg3cLo0c+YbIUYOxnQJw=="),
+    "@fontsource/noto-sans-mono": ("5.3.0", "sha512-DPZ+/Ng9HP5UKiALCKtoeGfA7zJzEjHFB/18OU/c3+4I9zZ3eMVAuFZb0SqzT89Yj7KNhJFYnYjyDaVKhdRuUg=="),
+    "@fontsource/noto-sans-math": ("5.3.0", "sha512-CzodkZ4R2VC73rqbNbVpiI94fXZJLFEMNBTAM3DFadjAKrjLQ2Fr+s2yM2c5uS+frBZ2IM+LyMo6COhAzV7hCA=="),
+    "@fontsource/noto-sans-symbols-2": ("5.3.0", "sha512-hFnEnIXOIgLLJ61SO9icRXKoS+LSWoq7ZqKJQ/NaQR7ptdC6+7yW4ci6EuXgsS1S9JmWpciX6w0AFZkU1DKn1A=="),
+    "@fontsource/noto-sans-sc": ("5.3.0", "sha512-HeqIlGm0+ohOKxZLuHj1qW6r6avHH0OWdKERAcSDI0RQ+MXrteuLKA+M+5eOA8rYy0MFvOR5AT0fQo2rUkye0Q=="),
+    "@fontsource/noto-emoji": ("5.3.2", "sha512-N9CSzXJB04AVWYvFbuBgL2Dq964Zo91th/uOu/QLSuWBYuL9FWXGcEo6ZNwc/IJ7vmpm8KHaIKD7jF8pYm4taw=="),
 }
 
-# Which files of each package the decks use (paths inside the tarball's package/ folder).
-# MathJax 2 is 73 MB unpacked; the decks need only TeX input and CommonHTML output (~6 MB).
+# Which files of each package the decks use (paths inside the tarball's package/ folder; a trailing
+# "/" is a folder, "*" a wildcard). MathJax 2 is 73 MB unpacked; the decks need only TeX input and
+# CommonHTML output (~6 MB). Of each font only the regular weight (and Noto Sans's bold) in WOFF2.
 _VENDOR_FILES: dict[str, list[str]] = {
     "reveal.js": ["LICENSE", "dist/", "plugin/notes/"],
     "jquery": ["LICENSE.txt", "dist/jquery.min.js"],
@@ -74,7 +102,28 @@ _VENDOR_FILES: dict[str, list[str]] = {
         "jax/input/TeX/", "jax/output/CommonHTML/", "jax/output/PreviewHTML/", "jax/element/",
         "fonts/HTML-CSS/TeX/woff/", "fonts/HTML-CSS/TeX/otf/", "localization/en/",
     ],
+    "@fontsource/noto-sans": ["LICENSE", "400.css", "700.css", "files/*-400-normal.woff2", "files/*-700-normal.woff2"],
+    "@fontsource/noto-sans-mono": ["LICENSE", "400.css", "files/*-400-normal.woff2"],
+    "@fontsource/noto-sans-math": ["LICENSE", "400.css", "files/*-400-normal.woff2"],
+    "@fontsource/noto-sans-symbols-2": ["LICENSE", "400.css", "files/*-400-normal.woff2"],
+    "@fontsource/noto-sans-sc": ["LICENSE", "400.css", "files/*-400-normal.woff2"],
+    "@fontsource/noto-emoji": ["LICENSE", "400.css", "files/*-400-normal.woff2"],
 }
+# The @font-face rules of every font, rewritten to point at the WOFF2 files only, in one style sheet.
+_FONTS_CSS = "fonts.css"
+_FONT_CSS_FILES = {name: [f for f in files if f.endswith(".css")]
+                   for name, files in _VENDOR_FILES.items() if name.startswith("@fontsource/")}
+# Font stacks: each character comes from the first family that has it; the bundled families come
+# before the generic ones, so what a deck shows does not depend on the fonts of the machine.
+_FALLBACK_FAMILIES = '"Noto Sans Math", "Noto Sans Symbols 2", "Noto Emoji", "Noto Sans SC"'
+FONT_FAMILIES = {
+    "body": f'"Noto Sans", {_FALLBACK_FAMILIES}, sans-serif',
+    "code": f'"Noto Sans Mono", {_FALLBACK_FAMILIES}, monospace',
+}
+# The slide, in CSS pixels: a 16:9 projector at 1280x720 shows it at reveal.js's scale (0.96, its
+# default 4% margin), so 34 px body text is 32.7 px there and 26 px code is 25 px.
+SLIDE_WIDTH, SLIDE_HEIGHT = 1280, 720
+_BODY_PX, _CODE_PX = 34, 26
 
 # Where the decks find them, relative to the deck's own folder.
 _REVEAL_PREFIX = "vendor/reveal.js"
@@ -89,24 +138,85 @@ _STAMP = "VERSIONS.json"
 _SLIDE_TYPES = ("slide", "subslide", "fragment", "skip", "notes", "-")
 
 # nbconvert's reveal template imports mermaid from a CDN as an ES module on every deck; the
-# course has no mermaid diagrams, so this template drops that block (the rest is unchanged).
+# course has no mermaid diagrams, so this template drops that block. It also keeps the headings as
+# written (the "white" theme upper-cases them), sets the sizes and fonts for a lecture hall, wraps
+# code, hides the input of a code cell that only held test scaffolding, and lets a slide taller
+# than the screen scroll (nbconvert's own handler only looks at subslides).
 _TEMPLATE_NAME = "gpt_lesson_reveal"
 _TEMPLATE_CONF = {"base_template": "reveal", "mimetypes": {"text/html": True}}
-# It also keeps the headings as written (the "white" theme upper-cases them).
-_TEMPLATE_INDEX = """{%- extends 'reveal/index.html.j2' -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{%- block html_head_css -%}
-<style type="text/css">
-.reveal .slides section h1, .reveal .slides section h2, .reveal .slides section h3,
-.reveal .slides section h4 { text-transform: none; }
-</style>
-{%- endblock html_head_css -%}
+_HIDE_INPUT = "gpt_lesson_hide_input"  # cell metadata key set by the deck builder
+# The theme's style sheet comes after this block in the page: "html body" outranks its rules.
+_TEMPLATE_CSS = """
+:root {
+  --jp-content-font-size1: %(body)spx;
+  --jp-ui-font-size1: %(body)spx;
+  --jp-code-font-size: %(code)spx;
+  --jp-content-font-family: %(body_font)s;
+  --jp-ui-font-family: %(body_font)s;
+  --jp-code-font-family: %(code_font)s;
+}
+html body .reveal { font-family: %(body_font)s; font-size: %(body)spx; }
+html body .reveal .slides section h1, html body .reveal .slides section h2,
+html body .reveal .slides section h3, html body .reveal .slides section h4 {
+  font-family: %(body_font)s; text-transform: none; line-height: 1.2; margin: 0 0 0.4em 0; }
+html body .reveal .slides section h1 { font-size: 1.6em; }
+html body .reveal .slides section h2 { font-size: 1.35em; }
+html body .reveal .slides section h3 { font-size: 1.15em; }
+html body .reveal .slides section h4 { font-size: 1em; }
+html body .reveal .jp-RenderedHTMLCommon, html body .reveal .jp-RenderedHTMLCommon p,
+html body .reveal .jp-RenderedHTMLCommon li, html body .reveal .jp-RenderedHTMLCommon table,
+html body .reveal .jp-RenderedHTMLCommon th, html body .reveal .jp-RenderedHTMLCommon td,
+html body .reveal .jp-RenderedHTMLCommon summary, html body .reveal .jp-RenderedHTMLCommon blockquote,
+html body .reveal table { font-size: %(body)spx; line-height: 1.3; }
+html body .reveal .jp-RenderedHTMLCommon td, html body .reveal .jp-RenderedHTMLCommon th {
+  padding: 0.15em 0.4em; }
+html body .reveal .jp-RenderedHTMLCommon code { font-family: %(code_font)s; font-size: 0.8em; }
+html body .reveal pre, html body .reveal .jp-RenderedHTMLCommon pre, html body .reveal div.highlight > pre,
+html body .reveal div.jp-OutputArea-output > pre {
+  font-family: %(code_font)s; font-size: %(code)spx; line-height: 1.3; width: 100%%; box-sizing: border-box;
+  margin: 0; white-space: pre-wrap; overflow-wrap: anywhere; overflow-x: hidden; }
+html body .reveal pre code, html body .reveal .jp-RenderedHTMLCommon pre code { font-size: inherit; }
+/* One block per source line: a wrapped line's continuation hangs 4 characters under its start. */
+html body .reveal pre .gl-line { display: block; min-height: 1.3em; }
+html body .reveal .jp-InputPrompt, html body .reveal .jp-OutputPrompt { display: none; }
+html body .reveal img { max-width: 100%%; }
+"""
+_TEMPLATE_INDEX = """{%%- extends 'reveal/index.html.j2' -%%}
+{%%- block html_head_js_mermaidjs -%%}{%%- endblock html_head_js_mermaidjs -%%}
+{%%- block html_head_css -%%}
+<link rel="stylesheet" href="vendor/%(fonts_css)s">
+<style type="text/css">%(css)s</style>
+{%%- endblock html_head_css -%%}
+{%%- block input_group -%%}
+{%%- if not cell.metadata.get('%(hide)s') -%%}{{ super() }}{%%- endif -%%}
+{%%- endblock input_group -%%}
+{%%- block footer_js -%%}
+{{ super() }}
+<script>
+require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
+  function fit() {
+    var slide = Reveal.getCurrentSlide();
+    var height = Reveal.getConfig().height;
+    if (slide && slide.scrollHeight > height + 1) {
+      slide.style.height = height + "px";
+      slide.style.overflowY = "auto";
+    }
+  }
+  if (Reveal.isReady()) { fit(); }
+  Reveal.on("ready", fit);
+  Reveal.on("slidechanged", fit);
+});
+</script>
+{%%- endblock footer_js -%%}
 """
 
-_SOLUTION_RE = re.compile(
-    r"<details\b[^>]*>\s*<summary>[^<]*solution[^<]*</summary>.*?</details>", re.IGNORECASE | re.DOTALL
-)
-_SOLUTION_NOTE = "*(Solution removed from this copy: it is in the teacher's version.)*"
+# A <details> block whose summary names an answer: the solutions of the exercises, lesson 11's model
+# answers (English and Chinese) and its self-quiz answers. Hints and teaching notes are not answers.
+_ANSWER_SUMMARY_RE = re.compile(r"^\s*(model answer|sample answer|answers?|solutions?|参考答案|答案|解答)",
+                                re.IGNORECASE)
+_DETAILS_TAG_RE = re.compile(r"<details\b[^>]*>|</details\s*>", re.IGNORECASE)
+_SUMMARY_RE = re.compile(r"^<details\b[^>]*>\s*<summary\b[^>]*>(.*?)</summary>", re.IGNORECASE | re.DOTALL)
+_ANSWER_NOTE = "*({kind} removed from this copy: it is in the teacher's version.)*"
 _BADGE_RE = re.compile(r"\[!\[([^\]]*)\]\((?:https?:)?//[^)]*\)\]\(([^)]*)\)")
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 _WIDGET_NOTE = (
@@ -156,21 +266,109 @@ def count_slides(nb: dict) -> tuple[int, int]:
     return 1 + rest.count("slide"), 1 + rest.count("slide") + rest.count("subslide")
 
 
-def strip_solutions(nb: dict, note: str = _SOLUTION_NOTE) -> tuple[dict, int]:
-    """A copy of ``nb`` whose ``<details><summary>Solution...`` blocks are replaced by ``note``.
+def _details_blocks(source: str) -> list[tuple[int, int]]:
+    """(start, end) of each outermost ``<details>...</details>`` block in a markdown text."""
+    blocks, depth, start = [], 0, 0
+    for m in _DETAILS_TAG_RE.finditer(source):
+        if not m.group(0).startswith("</"):
+            if depth == 0:
+                start = m.start()
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+            if depth == 0:
+                blocks.append((start, m.end()))
+    return blocks
 
-    Returns ``(copy, number of blocks removed)``. Other ``<details>`` blocks (hints) stay.
+
+def answer_kind(block: str) -> str | None:
+    """"Solution", "Model answer", "Answer", "参考答案"... when a ``<details>`` block holds an answer, else None."""
+    m = _SUMMARY_RE.match(block)
+    if not m:
+        return None
+    summary = re.sub(r"<[^>]+>", "", m.group(1)).strip()
+    if not _ANSWER_SUMMARY_RE.match(summary):
+        return None
+    kind = re.split(r"\s*[(（:：]", summary, maxsplit=1)[0].strip()
+    return kind[:1].upper() + kind[1:]
+
+
+def strip_solutions(nb: dict, note: str = _ANSWER_NOTE) -> tuple[dict, int]:
+    """A copy of ``nb`` in which every answer block is replaced by ``note``.
+
+    Answer blocks are the ``<details>`` blocks whose summary starts with Solution, Answer,
+    Model answer or 参考答案/答案 (see :func:`answer_kind`); ``{kind}`` in ``note`` is replaced by that
+    word. Other ``<details>`` blocks (hints, teaching notes) stay. Returns ``(copy, blocks removed)``.
     """
     out = copy.deepcopy(nb)
     removed = 0
     for cell in out["cells"]:
         if cell["cell_type"] != "markdown":
             continue
-        source, n = _SOLUTION_RE.subn(note, cell["source"])
-        if n:
-            cell["source"] = source
-            removed += n
+        source = cell["source"]
+        for start, end in reversed(_details_blocks(source)):
+            kind = answer_kind(source[start:end])
+            if kind is not None:
+                source = source[:start] + note.replace("{kind}", kind) + source[end:]
+                removed += 1
+        cell["source"] = source
     return out, removed
+
+
+_NBVAL_LINE_RE = re.compile(r"^\s*#\s*NBVAL_[A-Z_]+\s*$")
+_COMMENT_LINE_RE = re.compile(r"^\s*#")
+
+
+def _assert_only(stmts: list[ast.stmt]) -> bool:
+    return all(isinstance(s, ast.Assert) or (_bodies(s) and all(_assert_only(b) for b in _bodies(s)))
+               for s in stmts)
+
+
+def _bodies(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists inside a compound statement (not inside function or class definitions)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return []
+    lists = [getattr(stmt, name) for name in ("body", "orelse", "finalbody") if getattr(stmt, name, None)]
+    lists += [h.body for h in getattr(stmt, "handlers", [])]
+    return lists
+
+
+def _scaffolding_lines(stmts: list[ast.stmt]) -> list[tuple[int, int]]:
+    """1-based (first, last) lines of the assert statements among ``stmts`` and their compound statements,
+    a compound statement as a whole when it holds only asserts."""
+    spans = []
+    for s in stmts:
+        if isinstance(s, ast.Assert) or (_bodies(s) and _assert_only([s])):
+            spans.append((s.lineno, s.end_lineno or s.lineno))
+        else:
+            for body in _bodies(s):
+                spans += _scaffolding_lines(body)
+    return spans
+
+
+def strip_scaffolding(source: str) -> str:
+    """Code as a slide shows it: without ``# NBVAL_*`` marker lines and without the ``assert`` statements
+    that guard the course (and the comment lines right above them).
+
+    Asserts inside function and class definitions are part of the code and stay; a loop or ``with``
+    block that holds only asserts goes as a whole. Code that does not parse keeps its asserts.
+    """
+    lines = source.split("\n")
+    drop = {i for i, line in enumerate(lines) if _NBVAL_LINE_RE.match(line)}
+    try:
+        tree = ast.parse(without_magics(source))
+    except SyntaxError:
+        tree = None
+    if tree is not None:
+        for first, last in _scaffolding_lines(tree.body):
+            drop.update(range(first - 1, last))
+            above = first - 2
+            while above >= 0 and _COMMENT_LINE_RE.match(lines[above]):
+                drop.add(above)
+                above -= 1
+    kept = [line for i, line in enumerate(lines) if i not in drop]
+    text = re.sub(r"\n{4,}", "\n\n\n", "\n".join(kept))  # at most two blank lines in a row, as PEP 8
+    return text.strip("\n")
 
 
 def find_notebooks(notebooks_dir: str | os.PathLike) -> list[Path]:
@@ -181,10 +379,24 @@ def find_notebooks(notebooks_dir: str | os.PathLike) -> list[Path]:
     return sorted(p for p in folder.glob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
-def write_student_copies(notebooks: list[Path], out_dir: str | os.PathLike) -> list[tuple[Path, int]]:
-    """Write each notebook without its solution blocks and speaker notes to ``out_dir``.
+def select_notebooks(parser: argparse.ArgumentParser, notebooks: list[Path], only: list[str] | None) -> list[Path]:
+    """The notebooks a command's ``--only NAME ...`` names (file names or stems); all when it is not given.
+    A name that is not among ``notebooks`` is a usage error of ``parser``."""
+    if not only:
+        return notebooks
+    wanted = {Path(n).stem for n in only}
+    missing = wanted - {p.stem for p in notebooks}
+    if missing:
+        folder = notebooks[0].parent if notebooks else "the notebooks folder"
+        parser.error(f"--only names notebooks that are not in {folder}: {sorted(missing)}")
+    return [p for p in notebooks if p.stem in wanted]
 
-    Returns (path, solution blocks removed) per notebook.
+
+def write_student_copies(notebooks: list[Path], out_dir: str | os.PathLike) -> list[tuple[Path, int]]:
+    """Write each notebook without its answer blocks and speaker notes to ``out_dir``.
+
+    The code stays as it is (with its asserts): a hand-out is a notebook to run. Returns
+    (path, answer blocks removed) per notebook.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -213,8 +425,8 @@ def _npm_pack(specs: list[str], dest: Path, timeout: float) -> None:
     npm = shutil.which("npm")
     if npm is None:
         raise VendorError(
-            "npm was not found on PATH. The offline decks copy reveal.js, jQuery, require.js and "
-            "MathJax from the npm registry at build time: install Node.js and npm "
+            "npm was not found on PATH. The offline decks copy reveal.js, jQuery, require.js, "
+            "MathJax and their fonts from the npm registry at build time: install Node.js and npm "
             "(Debian/Ubuntu: apt-get install -y npm) and run the build again with network access once."
         )
     cmd = [npm, "pack", "--prefer-offline", "--pack-destination", str(dest), *specs]
@@ -234,15 +446,20 @@ def _npm_pack(specs: list[str], dest: Path, timeout: float) -> None:
         )
 
 
+def _wanted(rel: str, wanted: list[str]) -> bool:
+    return any(rel == w or (w.endswith("/") and rel.startswith(w)) or ("*" in w and fnmatch.fnmatchcase(rel, w))
+               for w in wanted)
+
+
 def _copy_from_tarball(tarball: Path, wanted: list[str], dest: Path) -> int:
-    """Extract the ``wanted`` files and folders (trailing "/") of an npm tarball into ``dest``."""
+    """Extract the ``wanted`` files, folders (trailing "/") and patterns ("*") of an npm tarball into ``dest``."""
     copied = 0
     with tarfile.open(tarball, "r:gz") as tar:
         for member in tar.getmembers():
             if not member.isfile():
                 continue
             rel = member.name.split("/", 1)[1] if "/" in member.name else member.name
-            if not any(rel == w or (w.endswith("/") and rel.startswith(w)) for w in wanted):
+            if not _wanted(rel, wanted):
                 continue
             target = (dest / rel).resolve()
             if dest.resolve() not in target.parents:
@@ -252,17 +469,40 @@ def _copy_from_tarball(tarball: Path, wanted: list[str], dest: Path) -> int:
                 shutil.copyfileobj(src, out)
             copied += 1
     for w in wanted:
-        if not (dest / w).exists():
+        found = any(dest.glob(w)) if "*" in w else (dest / w).exists()
+        if not found:
             raise VendorError(f"{tarball.name} has no {w!r}; the pinned version may have changed layout")
     return copied
 
 
+_FONT_FACE_RE = re.compile(r"@font-face\s*\{[^}]*\}", re.S)
+_FONT_SRC_RE = re.compile(r"src:\s*url\(\./(files/[^)]+\.woff2)\)\s*format\('woff2'\)[^;]*;")
+
+
+def _write_fonts_css(vendor: Path) -> int:
+    """Gather the @font-face rules of the font packages in ``vendor/fonts.css``, each pointing at its
+    WOFF2 file only (the packages also list WOFF files, which the decks do not ship)."""
+    rules = []
+    for name, sheets in _FONT_CSS_FILES.items():
+        for sheet in sheets:
+            for rule in _FONT_FACE_RE.findall((vendor / name / sheet).read_text(encoding="utf-8")):
+                m = _FONT_SRC_RE.search(rule)
+                if m is None or not (vendor / name / m.group(1)).is_file():
+                    raise VendorError(f"{name}/{sheet}: a @font-face rule without its WOFF2 file: {rule[:200]}")
+                rules.append(_FONT_SRC_RE.sub(f"src: url({name}/{m.group(1)}) format('woff2');", rule))
+    (vendor / _FONTS_CSS).write_text(
+        "/* Made by tools/slides.py from the @fontsource packages' style sheets (SIL Open Font License). */\n"
+        + "\n".join(rules) + "\n", encoding="utf-8")
+    return len(rules)
+
+
 def fetch_vendor(vendor_dir: str | os.PathLike, timeout: float = 300.0) -> Path:
-    """Put the pinned reveal.js, jQuery, require.js and MathJax into ``vendor_dir``.
+    """Put the pinned reveal.js, jQuery, require.js, MathJax and fonts into ``vendor_dir``.
 
     Reuses ``vendor_dir`` when its ``VERSIONS.json`` matches :data:`VENDOR_PACKAGES` (no
     network needed then). Otherwise runs ``npm pack`` (npm's cache first, then the registry),
-    checks each tarball's sha512 against the pin and copies the files the decks load.
+    checks each tarball's sha512 against the pin, copies the files the decks load and writes
+    ``fonts.css``.
     Raises :class:`VendorError` with the reason when npm is missing or the registry fails.
     """
     vendor = Path(vendor_dir)
@@ -282,12 +522,14 @@ def fetch_vendor(vendor_dir: str | os.PathLike, timeout: float = 300.0) -> Path:
             if got != integrity:
                 raise VendorError(f"{tarball.name} has integrity {got}, expected the pinned {integrity}")
             _copy_from_tarball(tarball, _VENDOR_FILES[name], staging / name)
+        _write_fonts_css(staging)
         (staging / _STAMP).write_text(json.dumps(pins, indent=2) + "\n")
         if vendor.exists():
             shutil.rmtree(vendor)
         vendor.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(staging, vendor)
     return vendor
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,8 +562,12 @@ def _embed_local_images(source: str, base_dir: Path) -> str:
 
 def _deck_notebook(nb: dict, solutions: bool, base_dir: Path) -> dict:
     """The notebook as the deck shows it: local images inlined, badges as text links, widget
-    views as a short note, and optionally no solutions."""
+    views as a short note, code without the course's test scaffolding (a cell left with no code
+    shows only its output), and optionally no answers and no speaker notes (student decks)."""
     nb, _ = (copy.deepcopy(nb), 0) if solutions else strip_solutions(nb)
+    if not solutions:
+        # Speaker notes often give the answers away (the speaker view shows them): not in student decks.
+        nb["cells"] = [c for c in nb["cells"] if _slide_type(c) != "notes"]
     nb["metadata"].pop("widgets", None)  # saved widget state would load the renderer from a CDN
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
@@ -329,12 +575,60 @@ def _deck_notebook(nb: dict, solutions: bool, base_dir: Path) -> dict:
             # show as broken images on the title slide, so the deck keeps the links as text.
             cell["source"] = _embed_local_images(_BADGE_RE.sub(r"[\1](\2)", cell["source"]), base_dir)
         elif cell["cell_type"] == "code":
+            cell["source"] = strip_scaffolding(cell["source"])
+            if not cell["source"].strip():
+                cell["metadata"][_HIDE_INPUT] = True
             for i, out in enumerate(cell.get("outputs", [])):
                 if _WIDGET_MIME in out.get("data", {}):
                     cell["outputs"][i] = nbformat.v4.new_output(
                         "display_data", data={"text/html": _WIDGET_NOTE, "text/plain": "[live widget]"}
                     )
     return nb
+
+
+_PRE_RE = re.compile(r"(<pre\b[^>]*>)(.*?)(</pre>)", re.S)
+_TAG_RE = re.compile(r"(<[^>]+>)")
+_TAG_NAME_RE = re.compile(r"<(\w+)")
+
+
+def _line_blocks(inner: str) -> str:
+    """The inside of a ``<pre>`` with each source line in its own ``<span class="gl-line">``, whose
+    wrapped continuation hangs 4 characters deeper than the line's own indentation.
+
+    Highlighting spans that cross a line end (a multi-line string) are closed at the end of the line
+    and opened again on the next, so the HTML stays well nested.
+    """
+    lines: list[list[str]] = [[]]
+    open_tags: list[str] = []
+    for part in _TAG_RE.split(inner):
+        if not part:
+            continue
+        if part.startswith("<"):
+            if part.startswith("</"):
+                if open_tags:
+                    open_tags.pop()
+            elif not part.endswith("/>"):
+                open_tags.append(part)
+            lines[-1].append(part)
+            continue
+        for j, piece in enumerate(part.split("\n")):
+            if j:
+                lines[-1] += ["</" + _TAG_NAME_RE.match(t).group(1) + ">" for t in reversed(open_tags)]
+                lines.append(list(open_tags))
+            if piece:
+                lines[-1].append(piece)
+    if lines and not re.sub(r"<[^>]+>", "", "".join(lines[-1])):
+        lines.pop()  # the newline before </pre>
+    out = []
+    for line in lines:
+        text = html.unescape(re.sub(r"<[^>]+>", "", "".join(line)))
+        hang = len(text) - len(text.lstrip(" ")) + 4
+        out.append(f'<span class="gl-line" style="padding-left:{hang}ch;text-indent:-{hang}ch">{"".join(line)}</span>')
+    return "".join(out)
+
+
+def _wrap_code_lines(page: str) -> str:
+    return _PRE_RE.sub(lambda m: m.group(1) + _line_blocks(m.group(2)) + m.group(3), page)
 
 
 def _deck_title(nb: dict, fallback: str) -> str:
@@ -351,14 +645,19 @@ def _make_exporter(template_dir: Path):
 
     (template_dir / _TEMPLATE_NAME).mkdir(parents=True, exist_ok=True)
     (template_dir / _TEMPLATE_NAME / "conf.json").write_text(json.dumps(_TEMPLATE_CONF))
-    (template_dir / _TEMPLATE_NAME / "index.html.j2").write_text(_TEMPLATE_INDEX)
+    css = _TEMPLATE_CSS % {"body": _BODY_PX, "code": _CODE_PX, "body_font": FONT_FAMILIES["body"],
+                           "code_font": FONT_FAMILIES["code"]}
+    (template_dir / _TEMPLATE_NAME / "index.html.j2").write_text(_TEMPLATE_INDEX % {
+        "fonts_css": _FONTS_CSS, "css": css, "hide": _HIDE_INPUT, "reveal": _REVEAL_PREFIX})
     exporter = SlidesExporter(
         extra_template_basedirs=[str(template_dir)],
         template_name=_TEMPLATE_NAME,
         reveal_url_prefix=_REVEAL_PREFIX,
         reveal_theme=_REVEAL_THEME,
         reveal_number="c/t",
-        reveal_scroll=True,  # a slide taller than the screen scrolls (code with its output)
+        reveal_scroll=False,  # the template's own handler makes a tall slide scroll
+        reveal_width=str(SLIDE_WIDTH),
+        reveal_height=str(SLIDE_HEIGHT),
         jquery_url=_JQUERY_URL,
         require_js_url=_REQUIRE_URL,
         mathjax_url=_MATHJAX_URL,
@@ -419,6 +718,7 @@ def build_deck(notebook: str | os.PathLike, out_dir: str | os.PathLike, exporter
         if tmp is not None:
             tmp.cleanup()
     body = _link_decks(body, deck_names if deck_names is not None else {nb_path.stem})
+    body = _wrap_code_lines(body)
     remote = remote_references(body)
     if remote:
         raise NotOfflineError(
@@ -471,10 +771,10 @@ def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     vendor = fetch_vendor(out / "vendor", timeout=timeout)
-    theme_css = vendor / "reveal.js" / "dist" / "theme" / f"{_REVEAL_THEME}.css"
-    remote = remote_references(theme_css.read_text(encoding="utf-8"))
-    if remote:
-        raise NotOfflineError(f"the reveal.js theme {theme_css.name} would load from the network: {remote}")
+    for sheet in (vendor / "reveal.js" / "dist" / "theme" / f"{_REVEAL_THEME}.css", vendor / _FONTS_CSS):
+        remote = remote_references(sheet.read_text(encoding="utf-8"))
+        if remote:
+            raise NotOfflineError(f"the style sheet {sheet.name} would load from the network: {remote}")
     names = {p.stem for p in [*listed, *notebooks]}
     decks = []
     with tempfile.TemporaryDirectory(prefix="gpt_lesson_tpl_") as tmp:
@@ -508,25 +808,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="build only these notebooks (file names or stems, e.g. 03_attention)")
     parser.add_argument("--strip-solutions", action="store_true",
-                        help="leave the <details> solution blocks out of the decks")
+                        help="student decks: leave the answers (<details> solution, answer and model answer blocks) "
+                             "and the speaker notes out")
     parser.add_argument("--student-copies", type=Path, metavar="DIR",
-                        help="instead of decks, write the notebooks without solutions to DIR")
+                        help="instead of decks, write the notebooks without answers and speaker notes to DIR")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    notebooks = all_notebooks = find_notebooks(args.notebooks)
-    if args.only:
-        wanted = {Path(n).stem for n in args.only}
-        missing = wanted - {p.stem for p in notebooks}
-        if missing:
-            parser.error(f"--only names notebooks that are not in {args.notebooks}: {sorted(missing)}")
-        notebooks = [p for p in notebooks if p.stem in wanted]
+    all_notebooks = find_notebooks(args.notebooks)
+    notebooks = select_notebooks(parser, all_notebooks, args.only)
     if args.student_copies:
         for path, n in write_student_copies(notebooks, args.student_copies):
-            print(f"wrote {path} ({n} solution block{'s' if n != 1 else ''} removed)")
+            print(f"wrote {path} ({n} answer block{'s' if n != 1 else ''} removed)")
         return 0
     start = time.perf_counter()
     try:

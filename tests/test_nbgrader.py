@@ -1,0 +1,396 @@
+"""Homework with nbgrader: the course folder built from the lessons, and a whole grading round.
+
+The structure tests build every lesson's assignment and small synthetic ones (both exercise layouts,
+an interview question, broken exercises). The end-to-end test builds the course folder for two lessons,
+runs ``nbgrader generate_assignment``, hands in a correct, a partly wrong and an untouched copy of each as
+three students, runs ``nbgrader autograde``, ``generate_feedback`` and ``export``, and checks the scores
+in the gradebook and in the CSV, the diagnosis in the feedback, and that the hidden cases ran.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from tools import nbgrader_course
+from tools.exercises import find_exercises
+from tools.nbgrader_course import assignment_notebook, build_course, check_source
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "test-artifacts" / "nbgrader"
+LESSONS = [p for p in sorted((REPO / "notebooks").glob("*.ipynb"))
+           if find_exercises(nbformat.read(p, as_version=4))]
+E2E_LESSONS = ["01_tokens_and_embeddings", "02_attention"]
+SOLUTION_RE = re.compile(r"### BEGIN SOLUTION\n.*?### END SOLUTION\n?", re.S)
+HIDDEN_RE = re.compile(r"### BEGIN HIDDEN TESTS\n.*?### END HIDDEN TESTS\n?", re.S)
+
+
+def _grading(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def student_version(nb):
+    """What nbgrader's ClearSolutions and ClearHiddenTests leave (with this course's empty code stub)."""
+    out = nbformat.from_dict(nbformat.reads(nbformat.writes(nb), as_version=4))
+    for cell in out.cells:
+        if _grading(cell).get("solution"):
+            cell.source = SOLUTION_RE.sub("" if cell.cell_type == "code" else "YOUR ANSWER HERE\n", cell.source)
+        cell.source = HIDDEN_RE.sub("", cell.source)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Every lesson's assignment
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
+def test_lesson_assignment_structure(lesson):
+    nb = nbformat.read(lesson, as_version=4)
+    exercises = find_exercises(nb)
+    source, graded = assignment_notebook(nb, lesson.stem)
+    nbformat.validate(source)
+    cells = source.cells
+    ids = [_grading(c)["grade_id"] for c in cells]
+    assert len(ids) == len(set(ids)) and all(_grading(c) for c in cells)
+    answers = [c for c in cells if _grading(c)["solution"] and c.cell_type == "code"]
+    tests = [c for c in cells if _grading(c)["grade"] and not _grading(c)["solution"]]
+    assert len(answers) == len(tests) == len(exercises)
+    for ex, answer, test in zip(exercises, answers, tests):
+        assert answer.source.count("### BEGIN SOLUTION") == 1 and answer.source.rstrip().endswith("### END SOLUTION")
+        assert not _grading(answer)["locked"] and _grading(test)["locked"] and _grading(test)["points"] == 2
+        for call in ex.checks(nb):
+            name = call.split("(")[0]
+            assert re.search(rf"^{name}\(.*strict=True\)$", test.source, re.M)
+            assert re.search(rf"### BEGIN HIDDEN TESTS\n{name}\(.*strict=True, hidden=True\)\n", test.source)
+        # The solution's code is in the answer cell, and only there.
+        for line in ex.solution(nb).splitlines():
+            if len(line.strip()) > 25 and "return" in line:
+                assert line in answer.source
+                assert not any(line in c.source for c in cells if c is not answer)
+    # Everything else is read-only; no speaker notes, no solution or answer blocks are left.
+    for c in cells:
+        g = _grading(c)
+        if not g["solution"] and not g["grade"]:
+            assert g["locked"] and c.metadata["editable"] is False
+        assert not re.search(r"<summary>(<[^>]+>)*\s*(solution|model answer|answer|参考答案)", c.source, re.I)
+        assert c.metadata.get("slideshow", {}).get("slide_type") != "notes"
+    assert sum(g.points for g in graded) == 2 * len(exercises) + 4 * sum(g.kind == "free text" for g in graded)
+    # The student version keeps the stub of each exercise and no hidden case.
+    student = student_version(source)
+    for c in student.cells:
+        assert "hidden=True" not in c.source and "### BEGIN" not in c.source
+    student_answers = [c for c in student.cells if _grading(c)["solution"] and c.cell_type == "code"]
+    assert len(student_answers) == len(exercises)
+    for answer in student_answers:
+        assert "raise NotImplementedError" in answer.source or "return None" in answer.source, answer.source
+
+
+def test_interview_questions_become_free_text_answers():
+    lesson = REPO / "notebooks" / "11_interview_questions.ipynb"
+    nb = nbformat.read(lesson, as_version=4)
+    questions = [m.group(1) for c in nb.cells if c.cell_type == "markdown" for m in nbgrader_course.QUESTION_RE.finditer(c.source)]
+    assert questions == ["Q1", "Q2", "Q3"]
+    source, graded = assignment_notebook(nb, lesson.stem)
+    free = [g for g in graded if g.kind == "free text"]
+    assert [g.grade_id for g in free] == ["q1-answer", "q2-answer", "q3-answer"] and all(g.points == 4 for g in free)
+    cells = {c.metadata["nbgrader"]["grade_id"]: c for c in source.cells}
+    for q in ("q1", "q2", "q3"):
+        cell = cells[f"{q}-answer"]
+        assert cell.cell_type == "markdown" and _grading(cell)["solution"] and _grading(cell)["grade"]
+    # The teacher's version holds the English model answers; the student's has none of it.
+    assert "variance d_k" in cells["q1-answer"].source or "d_k" in cells["q1-answer"].source
+    student = student_version(source)
+    text = "\n".join(c.source for c in student.cells)
+    assert "Model answer" not in text.replace("Model answer removed", "") and "参考答案（" not in text
+    assert text.count("YOUR ANSWER HERE") == 3
+    # Each answer cell comes right after its question's slide (and its "think first" text).
+    order = [c.metadata["nbgrader"]["grade_id"] for c in source.cells]
+    for q in ("q1", "q2", "q3"):
+        heading = next(i for i, c in enumerate(source.cells) if re.match(rf"## {q.upper()}\b", c.source))
+        assert heading < order.index(f"{q}-answer") <= heading + 2
+
+
+# ---------------------------------------------------------------------------------------------------
+# Small notebooks
+
+
+def _lesson(*cells) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=[new_markdown_cell("# 99 · Tiny"), new_markdown_cell("## What you will learn"),
+                             new_code_cell("import torch"), new_markdown_cell("## 1. Section"), *cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+SOLUTION = "<details><summary>Solution</summary>\n\n```python\ndef f(q, k):\n    return q @ k.transpose(-2, -1) / q.size(-1) ** 0.5\n```\n\nWhy it works.\n</details>"
+
+
+def test_both_exercise_layouts_give_the_same_assignment():
+    stub = "def f(q, k):\n    # your code\n    raise NotImplementedError"
+    new_layout = _lesson(new_markdown_cell("### Your turn 1: scores"), new_code_cell(stub),
+                         new_code_cell("result = check_attention_scores(f)"),
+                         new_markdown_cell("<details><summary>Hint</summary>\n\nTranspose k.\n</details>"),
+                         new_markdown_cell(SOLUTION))
+    old_layout = _lesson(new_markdown_cell("### Your turn 1: scores"), new_code_cell(stub + "\n\n\nresult = check_attention_scores(f)"),
+                         new_markdown_cell("<details><summary>Hint</summary>\n\nTranspose k.\n</details>"),
+                         new_markdown_cell(SOLUTION))
+    a, graded_a = assignment_notebook(new_layout, "99_tiny")
+    b, graded_b = assignment_notebook(old_layout, "99_tiny")
+    sources = lambda nb: [(c.cell_type, c.source) for c in nb.cells]  # noqa: E731
+    assert sources(a) == sources(b)
+    assert [(g.grade_id, g.points, g.checks) for g in graded_a] == [("your-turn-1-check", 2, ["check_attention_scores(f)"])]
+    answer = next(c for c in a.cells if _grading(c).get("solution"))
+    assert answer.source == (stub + "\n### BEGIN SOLUTION\ndef f(q, k):\n    return q @ k.transpose(-2, -1) / "
+                             "q.size(-1) ** 0.5\n### END SOLUTION")
+    assert "Why it works" not in "\n".join(c.source for c in a.cells)  # the solution's explanation too
+    assert any("Transpose k." in c.source for c in a.cells)  # hints stay
+
+
+def test_several_stub_cells_make_one_answer_cell_and_points_are_configurable():
+    nb = _lesson(new_markdown_cell("### Your turn 1: scores"), new_code_cell("data = torch.ones(2)"),
+                 new_code_cell("def f(q, k):\n    raise NotImplementedError"),
+                 new_code_cell("check_attention_scores(f)\ncheck_softmax_weights(g)"), new_markdown_cell(SOLUTION))
+    source, graded = assignment_notebook(nb, "99_tiny", points_per_check=5)
+    answers = [c for c in source.cells if _grading(c).get("solution")]
+    assert len(answers) == 1 and answers[0].source.startswith("data = torch.ones(2)\n\ndef f(q, k):")
+    test = next(c for c in source.cells if _grading(c).get("grade"))
+    assert _grading(test)["points"] == 5 and graded[0].points == 5
+    assert "check_attention_scores(f, strict=True)\ncheck_softmax_weights(g, strict=True)\n" in test.source
+    assert "check_attention_scores(f, strict=True, hidden=True)\ncheck_softmax_weights(g, strict=True, hidden=True)" in test.source
+
+
+def test_check_source(monkeypatch):
+    assert check_source("check_block(my_block)", hidden=False) == "check_block(my_block, strict=True)"
+    assert check_source("check_tokenizer(e, d, text[:10], chars=chars, strict=False)", hidden=True) == \
+        "check_tokenizer(e, d, text[:10], chars=chars, strict=True, hidden=True)"
+    from gpt_lesson import checks
+
+    monkeypatch.setattr(checks, "check_old_style", lambda fn: None, raising=False)
+    assert check_source("check_old_style(f)", hidden=False) == \
+        "_verdict = check_old_style(f)\nassert _verdict.passed, _verdict.message"
+    assert check_source("check_old_style(f)", hidden=True) == ""
+    with pytest.raises(ValueError, match="check_nothing is not a check of gpt_lesson.checks"):
+        check_source("check_nothing(f)", hidden=False)
+    with pytest.raises(ValueError, match="not a check call"):
+        check_source("x.check_block(f)", hidden=False)
+
+
+def test_broken_exercises_and_arguments_are_refused(tmp_path, capsys):
+    no_check = _lesson(new_markdown_cell("### Your turn 1: scores"), new_code_cell("def f(): pass"),
+                       new_markdown_cell(SOLUTION))
+    with pytest.raises(ValueError, match="Your turn 1 .'scores'. has no cell that calls a check_\\* function"):
+        assignment_notebook(no_check, "99_tiny")
+    no_solution = _lesson(new_markdown_cell("### Your turn 1: scores"), new_code_cell("check_block(f)"))
+    with pytest.raises(ValueError, match="has no ```python solution block"):
+        assignment_notebook(no_solution, "99_tiny")
+    fine = _lesson(new_markdown_cell("### Your turn 1: scores"), new_code_cell("check_block(f)"), new_markdown_cell(SOLUTION))
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="points_per_check must be a positive int"):
+            assignment_notebook(fine, "99_tiny", points_per_check=bad)
+    with pytest.raises(ValueError, match="course_id must be"):
+        build_course([], tmp_path, course_id="my course")
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nbformat.write(_lesson(new_markdown_cell("no exercise here")), nbs / "98_none.ipynb")
+    assert nbgrader_course.main(["--notebooks", str(nbs), "--out", str(tmp_path / "c")]) == 2
+    assert "none of the notebooks has an exercise" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        nbgrader_course.main(["--notebooks", str(nbs), "--only", "97_missing"])
+    with pytest.raises(SystemExit):
+        nbgrader_course.main(["--notebooks", str(nbs), "--points-per-check", "0"])
+
+
+def test_build_course_writes_config_sources_and_figures(tmp_path, capsys):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "curve.png").write_bytes(b"\x89PNG fake")
+    nb = _lesson(new_markdown_cell("![curve](../figures/curve.png)"), new_markdown_cell("### Your turn 1: scores"),
+                 new_code_cell("def f(q, k):\n    raise NotImplementedError"),
+                 new_code_cell("check_attention_scores(f)"), new_markdown_cell(SOLUTION))
+    nbformat.write(nb, nbs / "99_tiny.ipynb")
+    nbformat.write(_lesson(), nbs / "98_no_exercise.ipynb")
+    out = tmp_path / "course"
+    assert nbgrader_course.main(["--notebooks", str(nbs), "--out", str(out), "--course-id", "ml101"]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"99_tiny\s+1\s+0\s+2", printed) and "98_no_exercise" not in printed
+    config = (out / "nbgrader_config.py").read_text()
+    assert 'c.CourseDirectory.course_id = "ml101"' in config and 'c.ClearSolutions.code_stub = {"python": ""}' in config
+    compile(config, "nbgrader_config.py", "exec")
+    source = nbformat.read(out / "source" / "99_tiny" / "99_tiny.ipynb", as_version=4)
+    assert any("![curve](figures/curve.png)" in c.source for c in source.cells)
+    assert (out / "source" / "99_tiny" / "figures" / "curve.png").read_bytes() == b"\x89PNG fake"
+    assert sorted(p.name for p in (out / "source").iterdir()) == ["99_tiny"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# A whole grading round with nbgrader
+
+# A classic mistake per check, as the student would type it ({fn}: the function the check is given), and
+# the diagnosis label the check must name for it.
+BUGS = {
+    "check_attention_scores": ("def {fn}(q, k):\n    return q @ k.transpose(-2, -1)\n", "NO_SCALING"),
+    "check_softmax_weights": ("def {fn}(scores):\n    return scores.softmax(dim=-2)\n", "SOFTMAX_WRONG_DIM"),
+    "check_embeddings": ("def {fn}(idx, tok_table, pos_table):\n    return tok_table(idx)\n",
+                         "MISSING_POSITION_EMBEDDING"),
+    "check_causal_attention": ("def {fn}(q, k, v):\n    T = q.size(-2)\n    s = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5\n"
+                               "    s = s.masked_fill(torch.ones(T, T).tril() == 0, 0.0)\n    return s.softmax(dim=-1) @ v\n",
+                               "MASK_WITH_ZERO"),
+}
+STUDENTS = ("correct", "partly_wrong", "untouched")
+
+
+def _nbgrader(course: Path, *args: str, timeout: float = 1200) -> str:
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc.stdout + proc.stderr
+
+
+def _plan(lesson: Path) -> list[dict]:
+    """Per exercise: its answer cell's grade_id, the correct code, and (for the first exercise whose check has
+    a known classic mistake) the buggy code and the label the check gives it."""
+    nb = nbformat.read(lesson, as_version=4)
+    plan, bug_used = [], False
+    for ex in find_exercises(nb):
+        call = ex.checks(nb)[0]
+        name, fn = re.match(r"(\w+)\((\w+)", call).groups()
+        item = {"answer": f"your-turn-{ex.number}-answer", "check": f"your-turn-{ex.number}-check",
+                "solution": nbgrader_course._solution_code(ex, nb), "bug": None, "label": None}
+        if not bug_used and name in BUGS:
+            from gpt_lesson import checks
+
+            template, label = BUGS[name]
+            item["bug"], item["label"] = template.format(fn=fn), getattr(checks, label)
+            bug_used = True
+        plan.append(item)
+    assert bug_used, f"{lesson.stem}: no exercise with a known classic mistake ({sorted(BUGS)})"
+    return plan
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, shakespeare_path):
+    lessons = [REPO / "notebooks" / f"{name}.ipynb" for name in E2E_LESSONS]
+    course = tmp_path_factory.mktemp("course")
+    started = time.perf_counter()
+    summaries = {s.name: s for s in build_course(lessons, course)}
+    times = {"build": time.perf_counter() - started}
+    os.environ.setdefault("GPT_LESSON_DATA", str(shakespeare_path))
+    plans = {}
+    for name in E2E_LESSONS:
+        t = time.perf_counter()
+        _nbgrader(course, "generate_assignment", name)
+        times[f"generate {name}"] = time.perf_counter() - t
+        release = course / "release" / name / f"{name}.ipynb"
+        plans[name] = _plan(REPO / "notebooks" / f"{name}.ipynb")
+        for student in STUDENTS:
+            nb = nbformat.read(release, as_version=4)
+            cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+            for item in plans[name]:
+                cell = cells[item["answer"]]
+                stub = cell.source.rstrip("\n")
+                if student == "correct" or (student == "partly_wrong" and item["bug"] is None):
+                    cell.source = stub + "\n\n" + item["solution"] + "\n"
+                elif student == "partly_wrong":
+                    cell.source = stub + "\n\n" + item["bug"]
+            folder = course / "submitted" / student / name
+            folder.mkdir(parents=True)
+            nbformat.write(nb, folder / f"{name}.ipynb")
+    for name in E2E_LESSONS:
+        t = time.perf_counter()
+        _nbgrader(course, "autograde", name)
+        times[f"autograde {name} (3 students)"] = time.perf_counter() - t
+        _nbgrader(course, "generate_feedback", name)
+    _nbgrader(course, "export")
+    times["total"] = time.perf_counter() - started
+    print("\nnbgrader round: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+    return {"course": course, "summaries": summaries, "plans": plans}
+
+
+def _expected(graded, name: str, student: str) -> float:
+    points = {g.grade_id: g.points for g in graded["summaries"][name].graded}
+    if student == "correct":
+        return float(sum(points.values()))
+    if student == "untouched":
+        return 0.0
+    return float(sum(points[item["check"]] for item in graded["plans"][name] if item["bug"] is None))
+
+
+@pytest.mark.slow
+def test_scores_in_the_gradebook(graded):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{graded['course'] / 'gradebook.db'}") as gb:
+        assert sorted(s.id for s in gb.students) == sorted(STUDENTS)
+        for name in E2E_LESSONS:
+            total = graded["summaries"][name].points
+            for student in STUDENTS:
+                sub = gb.find_submission(name, student)
+                assert (sub.score, sub.max_score) == (_expected(graded, name, student), total), (name, student)
+                for item in graded["plans"][name]:
+                    grade = gb.find_grade(item["check"], name, name, student)
+                    full = student == "correct" or (student == "partly_wrong" and item["bug"] is None)
+                    assert grade.score == (grade.max_score if full else 0.0), (name, student, item["check"])
+    assert _expected(graded, "02_attention", "partly_wrong") == 2.0  # e.g. 2 of 4 points
+
+
+@pytest.mark.slow
+def test_scores_in_the_exported_csv(graded):
+    with open(graded["course"] / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    got = {(r["assignment"], r["student_id"]): (float(r["score"]), float(r["max_score"])) for r in rows}
+    assert got == {(name, student): (_expected(graded, name, student), float(graded["summaries"][name].points))
+                   for name in E2E_LESSONS for student in STUDENTS}
+
+
+@pytest.mark.slow
+def test_feedback_names_the_bug_and_hidden_cases_ran(graded):
+    import html
+
+    course = graded["course"]
+    for name in E2E_LESSONS:
+        bug = next(item for item in graded["plans"][name] if item["bug"])
+        page = html.unescape((course / "feedback" / "partly_wrong" / name / f"{name}.html").read_text(encoding="utf-8"))
+        assert f"not yet ({bug['label']})" in page and "Likely bug" in page
+        untouched = html.unescape((course / "feedback" / "untouched" / name / f"{name}.html").read_text(encoding="utf-8"))
+        assert "not attempted yet" in untouched
+        # The graded notebooks hold the hidden cases again (the student's copy did not), and they ran.
+        graded_nb = nbformat.read(course / "autograded" / "correct" / name / f"{name}.ipynb", as_version=4)
+        tests = [c for c in graded_nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        assert tests and all("hidden=True" in c.source for c in tests)
+        for c in tests:  # the visible run and the hidden run both passed
+            printed = "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+            assert printed.count(": passed.") == 2 * len(re.findall(r"^check_\w+\(.*strict=True\)$", c.source, re.M)), printed
+        released = (course / "release" / name / f"{name}.ipynb").read_text(encoding="utf-8")
+        assert "hidden=True" not in released and "BEGIN SOLUTION" not in released
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_feedback_screenshot(graded):
+    """The partly wrong student's feedback where the check names the bug: test-artifacts/nbgrader/feedback.png."""
+    from tools.slide_metrics import CHROMIUM, open_browser
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing")
+    name = E2E_LESSONS[-1]
+    bug = next(item for item in graded["plans"][name] if item["bug"])
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with open_browser(bare_fonts=False) as (ctx, _):
+        page = ctx.new_page()
+        page.set_viewport_size({"width": 1100, "height": 760})
+        page.goto((graded["course"] / "feedback" / "partly_wrong" / name / f"{name}.html").as_uri())
+        text = page.get_by_text(f"not yet ({bug['label']})").first
+        text.scroll_into_view_if_needed()
+        page.evaluate("(y) => window.scrollBy(0, y - 260)", text.bounding_box()["y"])
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(ARTIFACTS / "feedback.png"))
+    assert (ARTIFACTS / "feedback.png").stat().st_size > 20_000

@@ -1,0 +1,359 @@
+"""Measure built slide decks in Chromium: text size, clipped code, missing glyphs, slide height.
+
+Opens each deck from ``file://`` with the network off, in a 1280x720 window (a common projector), walks
+every slide and subslide with all fragments shown, and reports:
+
+- the smallest body text and the smallest code text, in pixels as the projector shows them
+  (the computed font size times reveal.js's scale for the window);
+- code blocks (inputs and text outputs, every ``<pre>``) that are cut off on the right: content wider
+  than the block, or a block that sticks out of the slide;
+- characters drawn as a missing-glyph box ("tofu"): each distinct character is drawn in a canvas with
+  the font stack of the element that holds it and compared with a code point that no font has
+  (U+10FFFD); the same pixels mean no font in the stack (web fonts first, then the machine's) has it;
+- slides taller than the slide height (they scroll).
+
+The tests (``tests/test_slides.py``) run this on every deck; a teacher who edits a lesson can run it on
+the rebuilt decks::
+
+    python -m tools.slide_metrics slides/            # every deck in the folder
+    python -m tools.slide_metrics slides/08_full_gpt.html --screenshot densest.png
+
+Needs Python Playwright and a Chromium (``/usr/bin/chromium`` by default; never ``playwright install``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["BODY_MIN_PX", "CODE_MIN_PX", "WINDOW", "DeckMetrics", "SlideMetrics", "open_browser",
+           "measure_deck", "screenshot_slide", "CHROMIUM", "CHROMIUM_FLAGS", "bare_fontconfig", "build_parser", "main"]
+
+CHROMIUM = Path(os.environ.get("GPT_LESSON_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+WINDOW = {"width": 1280, "height": 720}
+# Readable from the back row of a lecture hall, on a 1280x720 projector.
+BODY_MIN_PX = 32.0
+CODE_MIN_PX = 24.0
+
+# Runs in the deck's page. Returns one record per slide (in Reveal's order) plus the characters seen,
+# grouped by the font stack that draws them.
+_MEASURE_JS = r"""
+async () => {
+  const R = window.Reveal;
+  R.configure({transition: 'none', backgroundTransition: 'none'});
+  const style = document.createElement('style');
+  // Every fragment shown: a slide is measured as it looks after the last click.
+  style.textContent = '.reveal .slides section .fragment { opacity: 1 !important; visibility: inherit !important; }';
+  document.head.appendChild(style);
+  const frame = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const SKIP = 'aside.notes, script, style, .MathJax_Preview, .MathJax, .MathJax_CHTML, .mjx-chtml, mjx-container, sup, sub, .MJX_Assistive_MathML';
+  const slidesBox = document.querySelector('.reveal .slides');
+  const height = R.getConfig().height;
+  const charsByFont = {};
+  const out = [];
+  const hs = R.getHorizontalSlides();
+  for (let h = 0; h < hs.length; h++) {
+    const vs = hs[h].querySelectorAll(':scope > section');
+    for (let v = 0; v < Math.max(vs.length, 1); v++) {
+      R.slide(h, v);
+      await frame();
+      const slide = R.getCurrentSlide();
+      const scale = R.getScale();
+      const box = slidesBox.getBoundingClientRect();
+      const rec = {h, v, scale, body_min: null, code_min: null, small: [], clipped: [], chars: 0,
+                   height: slide.scrollHeight, title: ''};
+      const heading = slide.querySelector('h1, h2, h3, h4');
+      rec.title = heading ? heading.textContent.replace('¶', '').trim().slice(0, 80) : '';
+      const walker = document.createTreeWalker(slide, NodeFilter.SHOW_TEXT);
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const text = node.textContent;
+        if (!text.trim()) continue;
+        const el = node.parentElement;
+        if (!el || el.closest(SKIP)) continue;
+        if (!el.checkVisibility({visibilityProperty: true}) || el.getClientRects().length === 0) continue;
+        // Inside a nested (vertical) slide that is not the current one: not on screen.
+        const owner = el.closest('section');
+        if (owner !== slide) continue;
+        const cs = getComputedStyle(el);
+        const px = parseFloat(cs.fontSize) * scale;
+        const isCode = !!el.closest('pre, code, kbd, samp');
+        const key = isCode ? 'code_min' : 'body_min';
+        if (rec[key] === null || px < rec[key]) rec[key] = px;
+        const limit = isCode ? %(code_min)s : %(body_min)s;
+        if (px < limit - 0.05 && rec.small.length < 5)
+          rec.small.push({px: Math.round(px * 10) / 10, code: isCode, tag: el.tagName.toLowerCase(),
+                          text: text.trim().slice(0, 40)});
+        rec.chars += text.trim().length;
+        const fam = cs.fontFamily;
+        const set = charsByFont[fam] || (charsByFont[fam] = new Set());
+        for (const ch of text) set.add(ch);
+      }
+      for (const pre of slide.querySelectorAll('pre')) {
+        if (pre.closest('aside.notes') || pre.closest('section') !== slide) continue;
+        if (!pre.checkVisibility({visibilityProperty: true}) || pre.getClientRects().length === 0) continue;
+        // Text hidden behind the block's own scroll bar, or drawn past the slide's right edge (spaces
+        // that hang at the end of a wrapped line are not text: each character is checked).
+        const inside = Math.max(0, pre.scrollWidth - pre.clientWidth) * scale;
+        let right = -Infinity;
+        const texts = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+        const range = document.createRange();
+        for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+          range.selectNodeContents(node);
+          const r = range.getBoundingClientRect();
+          if (r.width === 0 || r.right <= box.right + 1) { right = Math.max(right, r.width ? r.right : right); continue; }
+          const t = node.textContent;
+          for (let i = 0; i < t.length; i++) {
+            if (/\s/.test(t[i])) continue;
+            range.setStart(node, i); range.setEnd(node, i + 1);
+            right = Math.max(right, range.getBoundingClientRect().right);
+          }
+        }
+        const outside = Math.max(0, right - box.right);
+        if (inside > 1 || outside > 1)
+          rec.clipped.push({px: Math.round(Math.max(inside, outside)),
+                            text: pre.textContent.trim().split('\n')[0].slice(0, 60)});
+      }
+      out.push(rec);
+    }
+  }
+  R.slide(0, 0);
+  // Missing glyphs: draw each character with the stack that shows it, compare with U+10FFFD.
+  const canvas = document.createElement('canvas');
+  canvas.width = 64; canvas.height = 64;
+  const ctx = canvas.getContext('2d', {willReadFrequently: true});
+  const draw = (font, ch) => {
+    ctx.clearRect(0, 0, 64, 64);
+    ctx.font = font;
+    ctx.fillStyle = '#000';
+    ctx.textBaseline = 'middle';
+    ctx.fillText(ch, 8, 32);
+    return ctx.getImageData(0, 0, 64, 64).data;
+  };
+  const same = (a, b) => { for (let i = 3; i < a.length; i += 4) if (a[i] !== b[i]) return false; return true; };
+  const tofu = [];
+  const fonts = {};
+  for (const [fam, set] of Object.entries(charsByFont)) {
+    const chars = [...set].filter(ch => !/^[\s\u200b-\u200f\u2028-\u202f\u2060\ufe0e\ufe0f\ufeff]$/u.test(ch));
+    const font = '40px ' + fam;
+    try { await document.fonts.load(font, chars.join('')); } catch (e) {}
+    await document.fonts.ready;
+    const missing = draw(font, '\u{10FFFD}');
+    const bad = chars.filter(ch => same(draw(font, ch), missing));
+    fonts[fam] = chars.length;
+    for (const ch of bad) tofu.push({ch, code: 'U+' + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0'), font: fam});
+  }
+  return {slides: out, tofu, fonts, width: R.getConfig().width, height};
+}
+"""
+
+
+@dataclass
+class SlideMetrics:
+    """One slide (h, v) as the projector shows it."""
+
+    h: int
+    v: int
+    title: str
+    body_min: float | None  # smallest body text, px on the 1280x720 window (None: no body text)
+    code_min: float | None
+    small: list[dict]  # text below the limits: up to 5 samples
+    clipped: list[dict]  # code blocks cut off on the right, with by how many px
+    chars: int  # visible characters on the slide (with all fragments shown)
+    height: int  # content height in slide pixels (the slide is ``DeckMetrics.height`` high)
+    scale: float  # reveal.js's scale in the 1280x720 window: projector px = CSS px * scale
+
+
+@dataclass
+class DeckMetrics:
+    deck: Path
+    slides: list[SlideMetrics]
+    tofu: list[dict]  # characters drawn as a missing-glyph box: {"ch", "code", "font"}
+    width: int
+    height: int
+    problems: list[str] = field(default_factory=list)  # remote requests, failed loads, page errors
+
+    @property
+    def body_min(self) -> float | None:
+        values = [s.body_min for s in self.slides if s.body_min is not None]
+        return min(values) if values else None
+
+    @property
+    def code_min(self) -> float | None:
+        values = [s.code_min for s in self.slides if s.code_min is not None]
+        return min(values) if values else None
+
+    @property
+    def clipped(self) -> list[tuple[SlideMetrics, dict]]:
+        return [(s, c) for s in self.slides for c in s.clipped]
+
+    @property
+    def small(self) -> list[tuple[SlideMetrics, dict]]:
+        return [(s, t) for s in self.slides for t in s.small]
+
+    @property
+    def tall(self) -> list[SlideMetrics]:
+        return [s for s in self.slides if s.height > self.height + 1]
+
+    def densest(self) -> SlideMetrics:
+        """The slide with the most visible text."""
+        return max(self.slides, key=lambda s: s.chars)
+
+    def summary(self) -> str:
+        worst = max((c["px"] for _, c in self.clipped), default=0)
+        fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+        return (f"{self.deck.name}: {len(self.slides)} slides, body >= {fmt(self.body_min)} px, "
+                f"code >= {fmt(self.code_min)} px, {len({(s.h, s.v) for s, _ in self.clipped})} slides "
+                f"with clipped code (worst {worst} px), {len(self.tall)} taller than the slide, "
+                f"{len(self.tofu)} missing glyphs")
+
+
+def bare_fontconfig(folder: Path) -> dict[str, str]:
+    """Environment for a Chromium that sees only DejaVu (what a Linux lab PC without CJK or emoji fonts
+    has), so a character the decks do not bring their own font for shows as a box, as it would there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dirs = [d for d in ("/usr/share/fonts/truetype/dejavu",) if Path(d).is_dir()]
+    conf = folder / "fonts.conf"
+    conf.write_text(
+        '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>\n'
+        + "".join(f"  <dir>{d}</dir>\n" for d in dirs)
+        + f"  <cachedir>{folder / 'cache'}</cachedir>\n</fontconfig>\n")
+    return {"FONTCONFIG_FILE": str(conf)}
+
+
+@contextmanager
+def open_browser(profile_dir: Path | None = None, *, bare_fonts: bool = True):
+    """A headless Chromium context with the network off (only file:, data:, blob: load).
+
+    Yields ``(context, remote)`` where ``remote`` collects every URL the pages tried to load from
+    elsewhere. ``bare_fonts``: Chromium sees only the DejaVu fonts (see :func:`bare_fontconfig`).
+    """
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory(prefix="gpt_lesson_chromium_") as tmp:
+        profile = profile_dir or Path(tmp) / "profile"
+        env = {**os.environ, **(bare_fontconfig(Path(tmp) / "fonts") if bare_fonts else {})}
+        remote: list[str] = []
+        with sync_playwright() as p:
+            ctx = p.chromium.launch_persistent_context(
+                str(profile), executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS, headless=True,
+                offline=True, viewport=WINDOW, env=env)
+
+            def route(r):
+                if r.request.url.startswith(LOCAL_SCHEMES):
+                    r.continue_()
+                else:
+                    remote.append(r.request.url)
+                    r.abort()
+
+            ctx.route("**/*", route)
+            try:
+                yield ctx, remote
+            finally:
+                ctx.close()
+
+
+_READY_JS = ("() => window.require && require.defined('vendor/reveal.js/dist/reveal.js')"
+             " && (window.Reveal = require('vendor/reveal.js/dist/reveal.js')).isReady()")
+
+
+def _open(context, deck: Path, remote: list[str]):
+    remote.clear()
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("requestfailed", lambda r: problems.append(f"failed: {r.url} ({r.failure})"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
+    page.goto(Path(deck).resolve().as_uri())
+    page.wait_for_function(_READY_JS, timeout=60_000)
+    page.evaluate("() => document.fonts.ready")
+    return page, problems
+
+
+def measure_deck(context, deck: Path, remote: list[str] | None = None, *,
+                 body_min: float = BODY_MIN_PX, code_min: float = CODE_MIN_PX) -> DeckMetrics:
+    """Open ``deck`` in ``context`` (from :func:`open_browser`) and measure every slide."""
+    remote = remote if remote is not None else []
+    page, problems = _open(context, deck, remote)
+    try:
+        raw = page.evaluate(_MEASURE_JS % {"body_min": body_min, "code_min": code_min})
+    finally:
+        page.close()
+    problems += [f"remote: {u}" for u in sorted(set(remote))]
+    slides = [SlideMetrics(s["h"], s["v"], s["title"], s["body_min"], s["code_min"], s["small"], s["clipped"],
+                           s["chars"], s["height"], s["scale"]) for s in raw["slides"]]
+    return DeckMetrics(Path(deck), slides, raw["tofu"], raw["width"], raw["height"], problems)
+
+
+def screenshot_slide(context, deck: Path, h: int, v: int, path: Path) -> Path:
+    """A 1280x720 screenshot of slide (h, v) with all its fragments shown."""
+    page, _ = _open(context, deck, [])
+    try:
+        page.evaluate("""([h, v]) => {
+          Reveal.configure({transition: 'none', controls: false});
+          const s = document.createElement('style');
+          s.textContent = '.reveal .slides section .fragment { opacity: 1 !important; visibility: inherit !important; }';
+          document.head.appendChild(s);
+          Reveal.slide(h, v);
+        }""", [h, v])
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(path))
+    finally:
+        page.close()
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.slide_metrics", description=__doc__.split("\n\n")[0])
+    parser.add_argument("decks", nargs="+", type=Path, help="deck files or folders of decks")
+    parser.add_argument("--json", type=Path, help="write every slide's numbers to this file")
+    parser.add_argument("--screenshot", type=Path, help="screenshot of the densest slide (one deck only)")
+    parser.add_argument("--system-fonts", action="store_true",
+                        help="let Chromium use every font of this machine (default: DejaVu only)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    decks = []
+    for d in args.decks:
+        decks += sorted(p for p in d.glob("*.html") if p.name != "index.html") if d.is_dir() else [d]
+    if args.screenshot and len(decks) != 1:
+        parser.error("--screenshot needs exactly one deck")
+    results = []
+    failed = False
+    with open_browser(bare_fonts=not args.system_fonts) as (ctx, remote):
+        for deck in decks:
+            m = measure_deck(ctx, deck, remote)
+            results.append(m)
+            print(m.summary())
+            for s, c in m.clipped[:3]:
+                print(f"   clipped by {c['px']} px on slide {s.h}/{s.v}: {c['text']!r}")
+            for s, t in m.small[:3]:
+                print(f"   {t['px']} px {'code' if t['code'] else 'text'} on slide {s.h}/{s.v}: {t['text']!r}")
+            if m.tofu:
+                print("   missing glyphs: " + " ".join(f"{t['ch']} ({t['code']})" for t in m.tofu[:20]))
+            failed |= bool(m.clipped or m.small or m.tofu or m.problems)
+            if args.screenshot:
+                s = m.densest()
+                screenshot_slide(ctx, deck, s.h, s.v, args.screenshot)
+                print(f"densest slide {s.h}/{s.v} ({s.title!r}, {s.chars} characters) -> {args.screenshot}")
+    if args.json:
+        args.json.write_text(json.dumps([
+            {"deck": str(m.deck), "tofu": m.tofu, "problems": m.problems,
+             "slides": [s.__dict__ for s in m.slides]} for m in results], indent=1, ensure_ascii=False))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
