@@ -158,6 +158,7 @@ def load_trained(
     whole validation split) and the settings that made the weights. The checkpoint is
     read with ``weights_only=True``.
     """
+    explicit_path = path is not None
     config, train_config, path = _check_settings(config, train_config, path)
     check_bool("train_if_missing", train_if_missing)
     check_bool("progress", progress)
@@ -178,6 +179,14 @@ def load_trained(
             if not isinstance(extra, dict) or {"config": extra.get("config"),
                                                "train_config": extra.get("train_config")} != wanted:
                 extra = None  # made with other settings: do not pass it off as this model
+    if extra is None and train_if_missing and not explicit_path and not _writable(path.parent):
+        # A shared, read-only cache (a JupyterHub's) without a model made with these settings:
+        # train into the learner's own cache instead of failing after the training.
+        fallback = Path.home() / ".cache" / "gpt_lesson" / CHECKPOINT_NAME
+        if fallback != path:
+            warnings.warn(_("the cache folder {folder} cannot be written; using {fallback} for the trained "
+                            "model instead").format(folder=path.parent, fallback=fallback), stacklevel=2)
+            return load_trained(train_if_missing, progress, config=config, train_config=train_config, path=fallback)
     if extra is None:
         if not train_if_missing:
             raise FileNotFoundError(
@@ -189,6 +198,14 @@ def load_trained(
         extra = ckpt["extra"]
     model.eval()
     return model, tokenizer, extra
+
+
+def _writable(folder: Path) -> bool:
+    """Whether files can be created in ``folder`` (or in the nearest existing parent that would hold it)."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return os.access(probe, os.W_OK)
 
 
 def load_trained_model(train_if_missing: bool = True, progress: bool = False) -> tuple[GPT, CharTokenizer]:

@@ -196,3 +196,22 @@ def test_bad_arguments_are_named(call, error, message):
     with pytest.raises(error, match=message):
         call()
     assert not checkpoint_path().parent.exists()  # nothing trained or written
+
+
+def test_read_only_shared_cache_falls_back_to_the_learners_own(tmp_path, monkeypatch):
+    """A JupyterHub's shared, read-only cache without a matching model: train into ~/.cache, say so."""
+    from gpt_lesson import shakespeare
+
+    shared = tmp_path / "cache"  # GPT_LESSON_CACHE (the autouse fixture), treated as read-only
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(shakespeare, "_writable", lambda folder: folder != shared)
+    with pytest.warns(UserWarning, match="cannot be written"):
+        model, _, extra = shakespeare.load_trained(config=TINY, train_config=TINY_TRAIN)
+    mine = tmp_path / "home" / ".cache" / "gpt_lesson" / CHECKPOINT_NAME
+    assert mine.is_file() and not (shared / CHECKPOINT_NAME).exists()
+    assert extra["config"] == TINY.to_dict()
+    # the next call finds the learner's copy and does not train again
+    monkeypatch.setattr(shakespeare, "train_model", lambda *a, **k: pytest.fail("trained again"))
+    with pytest.warns(UserWarning, match="cannot be written"):
+        again, _, _ = shakespeare.load_trained(config=TINY, train_config=TINY_TRAIN)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
