@@ -14,6 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from gpt_lesson import checks
 from gpt_lesson.i18n import translations
@@ -290,7 +291,12 @@ def test_solution_passes_its_check(path, number, monkeypatch):
     monkeypatch.chdir(path.parent)  # as nbval runs it: relative paths start in notebooks/
     program = exercise_program(nb, exercise)
     namespace: dict = {"__name__": "__lesson__"}
-    exec(compile(program, f"{path.name}:your-turn-{number}", "exec"), namespace)  # noqa: S102
+    threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
+    try:
+        exec(compile(program, f"{path.name}:your-turn-{number}", "exec"), namespace)  # noqa: S102
+    finally:  # a lesson's setup (torch.set_num_threads(1)) must not change the tests that follow
+        torch.set_num_threads(threads)
+        torch.set_default_dtype(dtype)
 
 
 # ------------------------------------------------------------------------------------ tests of the rules
