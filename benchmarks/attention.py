@@ -11,7 +11,6 @@ materialising the T x T matrices); SDPA is PyTorch's fused kernel with ``is_caus
 from __future__ import annotations
 
 import torch
-
 from _common import best_seconds, machine, markdown_table, parser, save, setup
 
 from gpt_lesson.attention import causal_mask, naive_attention, sdpa_attention
@@ -45,12 +44,13 @@ def measure(T: int, batch_size: int, repeat: int) -> dict:
     row = {"T": T}
     for name, fn in (("naive", naive), ("sdpa", sdpa)):
         with torch.no_grad():
-            row[f"fwd_{name}_ms"] = 1e3 * best_seconds(lambda: fn(q, k, v), repeat)
-        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+            row[f"fwd_{name}_ms"] = 1e3 * best_seconds(lambda fn=fn: fn(q, k, v), repeat)
+        leaves_ = [t.clone().requires_grad_() for t in (q, k, v)]
 
-        def fwd_bwd():
-            fn(qg, kg, vg).sum().backward()
-            qg.grad = kg.grad = vg.grad = None
+        def fwd_bwd(fn=fn, leaves_=leaves_):
+            fn(*leaves_).sum().backward()
+            for t in leaves_:
+                t.grad = None
 
         row[f"fwdbwd_{name}_ms"] = 1e3 * best_seconds(fwd_bwd, repeat)
     row["fwd_speedup"] = row["fwd_naive_ms"] / row["fwd_sdpa_ms"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-
 from _common import best_seconds, machine, markdown_table, parser, save, setup
 
 from gpt_lesson.data import get_batch

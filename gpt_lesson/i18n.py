@@ -19,9 +19,9 @@ from __future__ import annotations
 import gettext
 import io
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 __all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "set_language", "get_language", "language",
            "catalogue_path", "translations", "_", "N_"]

@@ -1,7 +1,7 @@
 """Matplotlib helpers shared by lessons, explorers and the figure builder."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np

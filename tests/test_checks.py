@@ -1529,10 +1529,20 @@ def test_labels_are_unique_identifiers_shared_only_on_purpose():
 
 
 def test_every_check_name_still_imports():
-    from gpt_lesson.checks import (check_allreduce_bytes, check_attention_scores, check_block,  # noqa: F401
-                                   check_causal_attention, check_effective_batch, check_embeddings, check_feed_forward,
-                                   check_grad_accum_steps, check_merge_heads, check_softmax_weights, check_split_heads,
-                                   check_tokenizer)
+    from gpt_lesson.checks import (  # noqa: F401
+        check_allreduce_bytes,
+        check_attention_scores,
+        check_block,
+        check_causal_attention,
+        check_effective_batch,
+        check_embeddings,
+        check_feed_forward,
+        check_grad_accum_steps,
+        check_merge_heads,
+        check_softmax_weights,
+        check_split_heads,
+        check_tokenizer,
+    )
     assert set(checks.__all__) >= {c.__name__ for c in ALL_CHECKS}
 
 

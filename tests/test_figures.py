@@ -18,11 +18,16 @@ import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
 import pytest
 
-from tools import figures
 from gpt_lesson.data import CharTokenizer, cache_dir
 from gpt_lesson.shakespeare import CHECKPOINT_NAME
+from tools import figures
 from tools.figures import (
-    FIGURES, Context, FigureSkipped, FigureSpec, plot_benchmark, write_figures,
+    FIGURES,
+    Context,
+    FigureSkipped,
+    FigureSpec,
+    plot_benchmark,
+    write_figures,
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -135,7 +135,7 @@ def navigation_problems(nb, path: Path) -> list[str]:
                     continue
                 if lesson and lesson.group(1) not in existing_numbers:
                     # That lesson is not written yet: not this notebook's fault, but say so.
-                    warnings.warn(f"{path.name}: '{label}' links to {name}, which does not exist yet")
+                    warnings.warn(f"{path.name}: '{label}' links to {name}, which does not exist yet", stacklevel=2)
                 else:
                     problems.append(f"'{label}' links to {name}, which does not exist in notebooks/")
     return problems

@@ -15,6 +15,9 @@ ENGLISH = sorted(EN_DIR.glob("*.ipynb"))
 
 @pytest.mark.parametrize("en", ENGLISH, ids=[p.name for p in ENGLISH])
 def test_chinese_edition_pairs_with_the_english(en):
+    if not zh_path(en).exists():
+        # Reported, not failed: the edition grows lesson by lesson (README.zh-CN.md lists what exists).
+        pytest.skip(f"zh/{en.name} is not translated yet")
     problems = pair_problems(en, zh_path(en))
     assert not problems, f"{en.name} vs zh/{en.name}:\n  " + "\n  ".join(map(str, problems[:30]))
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from datetime import datetime, timezone
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from babel.messages.catalog import Catalog

@@ -42,8 +42,8 @@ from .distributed import check_allreduce_bytes, check_effective_batch, check_gra
 from .feed_forward import check_feed_forward
 from .gpt import check_gpt_forward, check_load_source_weights, check_parameter_count
 from .heads import check_merge_heads, check_split_heads
-from .verdicts import CheckResult
 from .tokens import check_embeddings, check_tokenizer
+from .verdicts import CheckResult
 
 # Every diagnosis label, by constant name (``checks.NO_MASK == "no mask"``), from every module.
 LABELS: dict[str, str] = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F

@@ -8,7 +8,7 @@ the code, the message names the others.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn as nn

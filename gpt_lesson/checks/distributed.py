@@ -5,7 +5,7 @@ by name instead of converting it.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 

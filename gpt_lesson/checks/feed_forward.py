@@ -13,7 +13,7 @@ GPT-2's, uses GELU, and the message says so.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -21,9 +21,20 @@ import torch.nn.functional as F
 
 from .. import model, reference
 from ..i18n import _
-from .runner import (Forbidden, call, close, expected_got, kind_of, learner_check, randn, require_callable, screen,
-                     seeded, tensor_kind_problem)
-from .verdicts import MESSAGES, NON_FINITE, N_, WRONG_SHAPE, WRONG_TYPE, WRONG_VALUES, Bug, CheckResult, Verdict, say
+from .runner import (
+    Forbidden,
+    call,
+    close,
+    expected_got,
+    kind_of,
+    learner_check,
+    randn,
+    require_callable,
+    screen,
+    seeded,
+    tensor_kind_problem,
+)
+from .verdicts import MESSAGES, N_, NON_FINITE, WRONG_SHAPE, WRONG_TYPE, WRONG_VALUES, Bug, CheckResult, Verdict, say
 
 # Labels: stable identifiers in CheckResult.diagnosis.
 NO_EXPANSION = N_("no 4x expansion")

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -11,12 +11,20 @@ import torch.nn.functional as F
 
 from .. import model, reference
 from .feed_forward import NO_EXPANSION
-from .runner import (Forbidden, call, close, int_kind_problem, kind_of, learner_check, require_callable, run_cases,
-                     screen)
-from .verdicts import N_, WRONG_TYPE, WRONG_VALUE, WRONG_VALUES, Bug, Case, CheckResult, Verdict, say, variant
-from .tokens import (EMBEDDINGS_NOT_ADDED, MISSING_POSITION_EMBEDDING, POSITIONS_FROM_TOKEN_IDS,
-                     POSITIONS_OFF_BY_ONE)
+from .runner import (
+    Forbidden,
+    call,
+    close,
+    int_kind_problem,
+    kind_of,
+    learner_check,
+    require_callable,
+    run_cases,
+    screen,
+)
+from .tokens import EMBEDDINGS_NOT_ADDED, MISSING_POSITION_EMBEDDING, POSITIONS_FROM_TOKEN_IDS, POSITIONS_OFF_BY_ONE
 from .tokens import TEXTS as TOKEN_TEXTS
+from .verdicts import N_, WRONG_TYPE, WRONG_VALUE, WRONG_VALUES, Bug, Case, CheckResult, Verdict, say, variant
 
 # Labels: stable identifiers in CheckResult.diagnosis.
 MISSING_FINAL_LN = N_("final LayerNorm ln_f skipped")

@@ -1,7 +1,7 @@
 """Checks for lesson 05 (and 10): splitting the channels into heads and merging them back."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

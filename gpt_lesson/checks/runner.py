@@ -29,18 +29,36 @@ import numbers
 import random
 import sys
 import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from types import CodeType
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
 from ..i18n import _
 from ..validation import check_bool
-from .verdicts import (BOOL_OUTPUT, CALLED_LIBRARY, COMPLEX_OUTPUT, FLOAT_NOT_INT, INTEGER_OUTPUT, MESSAGES, NON_FINITE,
-                       RAISED, WRONG_SHAPE, WRONG_TYPE, WRONG_VALUE, WRONG_VALUES, Bug, Case, CheckResult, Variant,
-                       Verdict, say)
+from .verdicts import (
+    BOOL_OUTPUT,
+    CALLED_LIBRARY,
+    COMPLEX_OUTPUT,
+    FLOAT_NOT_INT,
+    INTEGER_OUTPUT,
+    MESSAGES,
+    NON_FINITE,
+    RAISED,
+    WRONG_SHAPE,
+    WRONG_TYPE,
+    WRONG_VALUE,
+    WRONG_VALUES,
+    Bug,
+    Case,
+    CheckResult,
+    Variant,
+    Verdict,
+    say,
+)
 
 _ATOL, _RTOL = 1e-5, 1e-4  # the tolerance of every comparison
 

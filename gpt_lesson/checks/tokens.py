@@ -1,7 +1,7 @@
 """Checks for lesson 01 (and 08, 09): a character tokenizer, and token + position embeddings."""
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from ..i18n import N_, _
 
