@@ -4,8 +4,12 @@ The teacher's way in: open the lesson in JupyterLab, run the cells above the exp
 cell and start the slideshow ("Render as Reveal Slideshow", the command ``RISE:preview``, Alt+R). The
 slideshow opens next to the notebook as its own small Jupyter app in an iframe, on the same kernel.
 There the tests run a cell on its slide with Shift+Enter and read the fresh output, then run the
-explorer's cell and look for the explorer (the ipywidgets or the anywidget version: both carry the
-class ``gpt-lesson-<kind>-explorer``).
+explorer's cell and use the explorer on its slide: it paints, and a control changes what it shows
+(the read-out is compared with Python's numbers). The slideshow app of jupyterlab_rise 0.43.1 has
+no widget manager (it cannot load the ipywidgets one: "Shared module @jupyterlab/console doesn't
+exist in shared scope default", upstream jupyterlab-contrib/rise issues 119 and 126), so it shows
+the explorer's self-contained HTML view (``gpt_lesson.widgets.html_view``), whose controls work in
+the page; should a later RISE render the widget itself, the test drives that instead.
 
 Server and browser from tools/jupyter_browser.py (the recipe of shared/docs/jupyter-notes.md); the
 RISE theme is set to "white" (the default theme loads two Google fonts, which fail offline).
@@ -21,7 +25,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_browser import CANVAS_DIGEST  # a digest of a canvas's pixels (shared)
 
+from gpt_lesson.widgets.html_view import MARKER
 from tools.exercises import cell_text, setup_cells
 from tools.jupyter_browser import CHROMIUM, chromium, jupyterlab, open_notebook
 
@@ -146,13 +152,21 @@ def _run_in_slideshow(rise, index: int, timeout: float = 180.0) -> dict:
     page, frame = rise["page"], rise["frame"]
     for _ in range(300):
         state = frame.evaluate(CELL_STATE, index)
-        if state["visible"] and state["active"]:
-            break
+        if state["onSlide"] and state["visible"]:
+            break  # stop here: one more Space (RISE selecting the cell late, on a loaded machine) would pass it
         frame.locator(".jp-Notebook").first.focus()
         page.keyboard.press("Space")
         page.wait_for_timeout(200)
     else:
-        raise AssertionError(f"cell {index} never came on screen selected in the slideshow: {state}")
+        raise AssertionError(f"cell {index} never came on screen in the slideshow: {state}")
+    deadline = time.monotonic() + 3
+    while not state["active"] and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+        state = frame.evaluate(CELL_STATE, index)
+    if not state["active"]:  # select it as a presenter would: a click on its prompt
+        frame.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-InputPrompt").click()
+        state = frame.evaluate(CELL_STATE, index)
+    assert state["active"] and state["onSlide"], f"cell {index} is on screen but not selected: {state}"
     assert state["text"] == "", f"cell {index} shows an output before it ran: {state['text'][:100]!r}"
     before = state["prompt"]
     page.keyboard.press("Shift+Enter")
@@ -190,28 +204,67 @@ def test_a_cell_runs_on_its_slide_in_the_slideshow(rise):
     rise["page"].screenshot(path=str(ARTIFACTS / "rise_cell_ran.png"))
 
 
-# Why the explorer cannot show in the slideshow today (checked in this test: the cell runs and its output
-# is the explorer's text repr, and the slideshow app's console says why).
-RISE_WIDGETS_MISSING = (
-    "jupyterlab_rise 0.43.1 builds its slideshow app without @jupyterlab/console, which the widget manager of "
-    "jupyterlab_widgets 3.0.x needs ('Shared module @jupyterlab/console doesn't exist in shared scope default'), "
-    "so no widget renders in the slideshow and the explorer shows its text repr (upstream "
-    "jupyterlab-contrib/rise issues 119 and 126). Run the explorers in the notebook view, or give them a "
-    "self-contained text/html view, which the slideshow renders.")
+PAINTS = "() => Number((document.querySelector('[data-explorer]') || {dataset: {}}).dataset.paints || 0)"
 
 
-def test_the_explorer_runs_in_the_slideshow(rise):
+def _explorer_document(rise, timeout: float = 60.0):
+    """The frame whose document holds the explorer of the explorer's cell: the HTML view's own frame,
+    or the slideshow's when a widget manager drew the widget."""
+    cell = rise["frame"].locator(".jp-Notebook .jp-Cell").nth(rise["explorer"])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        view = cell.locator(f"iframe[{MARKER}]")
+        if view.count():
+            inner = view.first.element_handle().content_frame()
+            if inner is not None and inner.evaluate(PAINTS) > 0:
+                return inner, view.first
+        widget = cell.locator(f"{EXPLORER_SELECTOR}:not(iframe)")
+        if widget.count() and rise["frame"].evaluate(
+                "(i) => !!document.querySelectorAll('.jp-Notebook .jp-Cell')[i].querySelector('[data-explorer][data-paints]')",
+                rise["explorer"]):
+            return rise["frame"], widget.first
+        rise["page"].wait_for_timeout(250)
+    raise AssertionError("the explorer's cell shows no painted explorer")
+
+
+def _change_a_control(doc) -> tuple[list[str], list[str]]:
+    """Use one control of the explorer in ``doc``; return (its read-out lines, Python's lines for the same setting)."""
+    kind = doc.evaluate("() => document.querySelector('[data-explorer]').dataset.explorer")
+    root = f"[data-explorer={kind}]"
+    if kind == "mask":
+        from gpt_lesson.widgets.mask_explorer import mask_view_data, readout_lines
+
+        doc.locator(f"{root} [data-control=mask] [data-value=none]").click()
+        T, n_real = (int(doc.locator(f"{root} input[data-control={n}]").input_value()) for n in ("T", "n_real"))
+        want = readout_lines(mask_view_data(T, "none", n_real))
+    elif kind == "scaling":
+        from gpt_lesson.widgets.scaling_explorer import ScalingData, readout_lines
+
+        doc.locator(f"{root} [data-control=scaling] [data-value=none]").click()
+        d_k = int(doc.evaluate(f"() => document.querySelector('{root} [data-control=d_k]').closest('label')"
+                               ".querySelector('.gl-readout').textContent"))
+        want = readout_lines(ScalingData().view(d_k, "none"))
+    else:
+        raise AssertionError(f"the lesson's explorer is a {kind} explorer: teach this test its control")
+    readout = doc.locator(f"{root} [data-part=readout]")
+    lines = readout.locator(":scope > div").all_inner_texts() or [readout.inner_text()]  # (scaling: one line)
+    return lines[:len(want)], want
+
+
+def test_the_explorer_works_in_the_slideshow(rise):
     state = _run_in_slideshow(rise, rise["explorer"])
+    doc, view = _explorer_document(rise)
     rise["page"].screenshot(path=str(ARTIFACTS / "rise_explorer_ran.png"))
-    frame = rise["frame"]
-    explorer = frame.locator(".jp-Notebook .jp-Cell").nth(rise["explorer"]).locator(EXPLORER_SELECTOR)
-    widget_manager_failed = any("Shared module @jupyterlab/console doesn't exist" in m for m in rise["console"])
-    if explorer.count() == 0 and widget_manager_failed and state["mimes"] == ["text/plain"] \
-            and "Explorer" in state["text"]:
-        pytest.xfail(RISE_WIDGETS_MISSING + f" Output: {state['text'][:120]!r}")
-    assert explorer.count() >= 1, f"no explorer in the slideshow; its output was {state['mimes']}: {state['text'][:200]!r}"
-    box = explorer.first.bounding_box()
-    assert box and box["width"] > 300 and box["height"] > 200
+    if doc is not rise["frame"]:  # the HTML view, not the text repr of the widget
+        assert state["mimes"] == ["text/html"], state["mimes"]
+    box = view.bounding_box()
+    assert box and box["width"] > 300 and box["height"] > 200, box
+    canvas = "[data-explorer] canvas"
+    before_paints, before_pixels = doc.evaluate(PAINTS), doc.evaluate(CANVAS_DIGEST, canvas)
+    lines, want = _change_a_control(doc)
+    assert lines == want
+    assert doc.evaluate(PAINTS) > before_paints and doc.evaluate(CANVAS_DIGEST, canvas) != before_pixels
+    rise["page"].screenshot(path=str(ARTIFACTS / "rise_explorer_changed.png"))
 
 
 def test_nothing_left_the_machine(rise):

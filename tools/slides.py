@@ -10,6 +10,8 @@ The decks are what ``jupyter nbconvert --to slides`` makes from each cell's
 style sheet, font and image they need stored locally, so they open from a USB stick in a lecture
 room with no network. The scripts and fonts come from the npm registry at build time (``npm pack``
 of pinned versions whose sha512 is checked); once ``vendor/`` exists, rebuilding needs no network.
+The explorers (``gpt_lesson.widgets``) show their self-contained HTML view, which works on the slide
+without a kernel; any other widget, which needs one, is replaced by a short note.
 
 The slides are made for the back row: a 1280x720 slide with body text at 34 px and code at 26 px
 (32.7 and 25 px on a 1280x720 projector, after reveal.js's margin), code that wraps instead of
@@ -561,9 +563,10 @@ def _embed_local_images(source: str, base_dir: Path) -> str:
 
 
 def _deck_notebook(nb: dict, solutions: bool, base_dir: Path) -> dict:
-    """The notebook as the deck shows it: local images inlined, badges as text links, widget
-    views as a short note, code without the course's test scaffolding (a cell left with no code
-    shows only its output), and optionally no answers and no speaker notes (student decks)."""
+    """The notebook as the deck shows it: local images inlined, badges as text links, widgets as
+    their own HTML view when they have one (the explorers: it works in the deck, offline, with no
+    kernel) and else as a short note, code without the course's test scaffolding (a cell left with
+    no code shows only its output), and optionally no answers and no speaker notes (student decks)."""
     nb, _ = (copy.deepcopy(nb), 0) if solutions else strip_solutions(nb)
     if not solutions:
         # Speaker notes often give the answers away (the speaker view shows them): not in student decks.
@@ -579,7 +582,12 @@ def _deck_notebook(nb: dict, solutions: bool, base_dir: Path) -> dict:
             if not cell["source"].strip():
                 cell["metadata"][_HIDE_INPUT] = True
             for i, out in enumerate(cell.get("outputs", [])):
-                if _WIDGET_MIME in out.get("data", {}):
+                data = out.get("data", {})
+                if _WIDGET_MIME not in data:
+                    continue
+                if "text/html" in data:  # the widget's self-contained HTML view: only the widget part goes
+                    out["data"] = {mime: value for mime, value in data.items() if mime != _WIDGET_MIME}
+                else:  # a widget that needs a kernel and a widget manager
                     cell["outputs"][i] = nbformat.v4.new_output(
                         "display_data", data={"text/html": _WIDGET_NOTE, "text/plain": "[live widget]"}
                     )

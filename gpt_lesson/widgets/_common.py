@@ -31,10 +31,11 @@ from matplotlib.text import Text
 from matplotlib.transforms import offset_copy
 
 from ..i18n import language
+from .html_view import html_view
 from .labels import labels_for
 
 __all__ = ["ExplorerWidget", "Painter", "check_choice", "check_index", "new_figure", "row_entropy", "dynamic_title",
-           "one_thread", "esm", "esm_source", "CSS", "pack_tensor", "embedded_state", "thin_tick_labels"]
+           "one_thread", "esm", "esm_data", "esm_source", "CSS", "pack_tensor", "embedded_state", "thin_tick_labels"]
 
 PNG_DPI = 80
 STATIC = Path(__file__).with_name("static")
@@ -96,10 +97,15 @@ export default mod.default;
 
 
 @cache
+def esm_data(name: str) -> str:
+    """:func:`esm_source` deflated, in base64: what the widget's loader and the HTML view inflate."""
+    return base64.b64encode(zlib.compress(esm_source(name).encode("utf-8"), 9)).decode("ascii")
+
+
+@cache
 def esm(name: str) -> str:
     """The module an explorer widget sends: :func:`esm_source` deflated, behind a small loader."""
-    data = base64.b64encode(zlib.compress(esm_source(name).encode("utf-8"), 9)).decode("ascii")
-    return _LOADER.format(data=data)
+    return _LOADER.format(data=esm_data(name))
 
 
 CSS = (STATIC / "explorers.css").read_text(encoding="utf-8")
@@ -265,6 +271,29 @@ class ExplorerWidget(anywidget.AnyWidget):
                 value = value[:37] + "..."
             shown.append(f"{name}={value!r}")
         return f"{type(self).__name__}({', '.join(shown)})"
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget view, and next to it the self-contained HTML view (:mod:`.html_view`).
+
+        Front ends with a widget manager rank the widget view first and show the live widget; pages
+        without one (nbconvert's HTML, the slide decks, a RISE slideshow) show the HTML view, whose
+        controls work in the page without a kernel.
+        """
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        return {**data, "text/html": self.html_view()}, metadata
+
+    def html_view(self) -> str:
+        """The explorer as it is now (controls, text, data, labels) in an ``<iframe srcdoc>`` that needs
+        no widget manager and no kernel: what pages without widgets show."""
+        state = {name: getattr(self, name) for name in (*self._controls, "payload", "labels")}
+        return html_view(self.kind, state, code=esm_data(self.kind), css=CSS, title=type(self).__name__)
+
+    def html_view_bytes(self) -> int:
+        """Bytes the HTML view adds to a stored notebook's output (UTF-8, before the notebook's JSON escaping)."""
+        return len(self.html_view().encode("utf-8"))
 
     def _on_front_end_message(self, widget, content, buffers) -> None:
         # The page asks whether a kernel is there (an exported page gets no answer and says so).

@@ -5,7 +5,7 @@
 import {
   buttonGroup, causalMask, Chart, colorbarGradient, drawMatrixImage, FONT, fmt, h, hatch, labeller, labelStep,
   legend, painted, probeKernel, rowEntropy, rowSums, sizeCanvas, stages, textColorAt, ticks, tickText, Tooltip,
-  unpack, update, batched,
+  unpack, update, batched, viewHeight,
 } from "./core.mjs";
 
 const STAGES = ["raw", "scaled", "masked", "weights"];
@@ -239,7 +239,7 @@ class AttentionView {
 
   layoutSizes() {
     const W = Math.max(420, (this.width || this.root.clientWidth || 900) - 10); // inside the padding
-    const winH = (typeof window !== "undefined" && window.innerHeight) || 900;
+    const winH = viewHeight();
     this.sideW = W >= 760 ? Math.max(260, Math.min(430, W * 0.42)) : Math.max(260, W - 20);
     const room = W >= 760 ? W - this.sideW - 14 : W;
     this.S = Math.max(180, Math.min(room - HEAT_MARGIN.l - HEAT_MARGIN.r, winH - 380, 470));

@@ -346,6 +346,14 @@ export class Tooltip {
 
 // ---- canvases ---------------------------------------------------------------------------------
 
+// The height the explorer may fill: the window's. Inside the explorer's HTML view (a frame whose
+// height follows the explorer, html_view.mjs), the page around the frame decides instead.
+export function viewHeight() {
+  if (typeof window === "undefined") return 900;
+  const fromHost = typeof window.glViewHeight === "function" ? window.glViewHeight() : 0;
+  return fromHost || window.innerHeight || 900;
+}
+
 // Size a canvas in CSS pixels and draw in CSS pixels at the screen's resolution.
 export function sizeCanvas(canvas, w, h) {
   const dpr = (typeof window !== "undefined" && window.devicePixelRatio) || 1;
@@ -597,6 +605,10 @@ export function update(model, values) {
 
 // Ask Python whether it is there; calls onLive(true) when it answers, onLive(false) otherwise.
 export function probeKernel(model, onLive, wait = 2000) {
+  if (model.no_kernel) { // the HTML view's stand-in model knows there is none
+    const timer = setTimeout(() => onLive(false), 0);
+    return () => clearTimeout(timer);
+  }
   let answered = false;
   const onMsg = (msg) => {
     if (msg && msg.type === "pong") { answered = true; onLive(true); }

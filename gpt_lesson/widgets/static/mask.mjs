@@ -3,7 +3,7 @@
 // of real tokens are applied here.
 import {
   andMasks, applyMask, batched, buttonGroup, causalMask, colorAt, drawMatrix, float32s, FONT, fmt, h, hatch, labeller,
-  paddingMask, painted, sizeCanvas, slider, softmaxRows, textColorAt, Tooltip, update,
+  paddingMask, painted, sizeCanvas, slider, softmaxRows, textColorAt, Tooltip, update, viewHeight,
 } from "./core.mjs";
 
 const MASKS = ["causal", "none", "padding", "causal+padding"];
@@ -121,7 +121,7 @@ class MaskView {
     const pad = v.mask_name.includes("padding") ? L("title_padding", { n: v.n_real }) : "";
     this.title.textContent = L("mask_title", { mask: L("mask_" + v.mask_name), T, pad });
     // four panels in a row when they fit, else two by two
-    const W = Math.max(360, (this.width || this.root.clientWidth || 900) - 10), winH = (typeof window !== "undefined" && window.innerHeight) || 900;
+    const W = Math.max(360, (this.width || this.root.clientWidth || 900) - 10), winH = viewHeight();
     const cols = W >= 4 * 175 ? 4 : 2, cell = MARGIN.l + MARGIN.r + 52;
     const P = Math.max(110, Math.min((W - 8) / cols - cell, cols === 4 ? winH - 330 : (winH - 330) / 2, 240));
     const pw = P + cell, ph = P + MARGIN.t + MARGIN.b;

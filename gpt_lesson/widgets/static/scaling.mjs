@@ -3,7 +3,7 @@
 // the temperature, the softmax, its entropy and its gradient size are computed here.
 import {
   batched, buttonGroup, Chart, h, labeller, legend, painted, scaleFactor, slider, softmaxStats, ticks, tickText,
-  Tooltip, update,
+  Tooltip, update, viewHeight,
 } from "./core.mjs";
 
 const SCALINGS = ["none", "sqrt", "temperature"];
@@ -123,7 +123,7 @@ class ScalingView {
     const label = L("scaling_" + scaling) + (scaling === "temperature" ? L("tau_suffix", { t: tau }) : "");
     this.title.textContent = L("scaling_title", { d_k: dK, label, scale: v.scale });
     // the room inside the padding; four panels in a row when they fit, else two rows of two
-    const W = Math.max(360, (this.width || this.root.clientWidth || 900) - 10), winH = (typeof window !== "undefined" && window.innerHeight) || 900;
+    const W = Math.max(360, (this.width || this.root.clientWidth || 900) - 10), winH = viewHeight();
     const cols = W >= 4 * 200 + 3 * 16 ? 4 : 2;
     const pw = Math.floor((W - 16 * (cols - 1)) / cols);
     const ph = Math.max(130, Math.min(230, cols === 4 ? winH - 330 : (winH - 380) / 2));
