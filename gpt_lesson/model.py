@@ -24,8 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .validation import (check_bool, check_choice, check_positive_int, check_probability, check_scale,
-                         check_tensor, check_token_ids)
+from . import validation
 
 __all__ = [
     "GPTConfig", "LayerKVCache", "KVCache", "CausalSelfAttention", "FeedForward", "Block", "GPT",
@@ -53,17 +52,17 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_embd", "n_head", "n_layer", "block_size"):
-            check_positive_int(name, getattr(self, name))
+            validation.check_positive_int(name, getattr(self, name))
         if self.n_embd % self.n_head != 0:
             raise ValueError(
                 f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: "
                 "each head gets n_embd // n_head channels, so n_embd must be a multiple of n_head"
             )
-        self.dropout = check_probability("dropout", self.dropout)
-        check_choice("attn_impl", self.attn_impl, ATTN_IMPLS)
-        check_bool("capture_attention", self.capture_attention)
-        check_bool("causal", self.causal)
-        self.attn_scale = check_scale("attn_scale", self.attn_scale)
+        self.dropout = validation.check_probability("dropout", self.dropout)
+        validation.check_choice("attn_impl", self.attn_impl, ATTN_IMPLS)
+        validation.check_bool("capture_attention", self.capture_attention)
+        validation.check_bool("causal", self.causal)
+        self.attn_scale = validation.check_scale("attn_scale", self.attn_scale)
 
     @property
     def head_size(self) -> int:
@@ -140,17 +139,17 @@ class KVCache:
     ) -> None:
         for name, value in [("n_layer", n_layer), ("batch_size", batch_size), ("n_head", n_head),
                             ("head_size", head_size), ("max_len", max_len)]:
-            check_positive_int(name, value)
+            validation.check_positive_int(name, value)
         shape = (n_layer, batch_size, n_head, max_len, head_size)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.layers = [LayerKVCache(self.k[i], self.v[i]) for i in range(n_layer)]
 
     @classmethod
-    def for_model(cls, model: "GPT", batch_size: int = 1, max_len: int | None = None) -> "KVCache":
+    def for_model(cls, model: GPT, batch_size: int = 1, max_len: int | None = None) -> KVCache:
         """An empty cache sized for ``model`` (``max_len`` defaults to its block_size)."""
         cfg = model.config
-        max_len = cfg.block_size if max_len is None else check_positive_int("max_len", max_len)
+        max_len = cfg.block_size if max_len is None else validation.check_positive_int("max_len", max_len)
         if max_len > cfg.block_size:
             raise ValueError(f"max_len={max_len} is longer than the model's block_size={cfg.block_size}")
         p = next(model.parameters())
@@ -200,7 +199,7 @@ class CausalSelfAttention(nn.Module):
         self.captured: dict[str, torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor, kv_cache: LayerKVCache | None = None) -> torch.Tensor:
-        check_tensor("x", x, dims=3)
+        validation.check_tensor("x", x, dims=3)
         B, T, C = x.shape
         if C != self.n_embd:
             raise ValueError(f"x has {C} channels but this layer was built for n_embd={self.n_embd}")
@@ -242,7 +241,8 @@ class CausalSelfAttention(nn.Module):
             # Steps 2-5 in one fused kernel. A bool mask hides where it is False; with no cache
             # is_causal builds the same mask (it aligns it top-left, so a cache needs the explicit one).
             p = self.dropout.p if self.training else 0.0
-            causal_no_cache = self.config.causal and past == 0 and T > 1
+            # (T > 1 first: a compiled one-token step, where past is a symbol, then never tests past == 0)
+            causal_no_cache = self.config.causal and T > 1 and past == 0
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=None if causal_no_cache or mask is None else mask.bool(),
                 dropout_p=p, is_causal=causal_no_cache, scale=self.scale)
@@ -269,8 +269,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, n_embd: int, dropout: float = 0.1) -> None:
         super().__init__()
-        check_positive_int("n_embd", n_embd)
-        check_probability("dropout", dropout)
+        validation.check_positive_int("n_embd", n_embd)
+        validation.check_probability("dropout", dropout)
         self.net = nn.Sequential(
             nn.Linear(n_embd, 4 * n_embd),
             nn.GELU(),
@@ -298,7 +298,7 @@ class Block(nn.Module):
         self.ffwd = FeedForward(config.n_embd, config.dropout)
 
     def forward(self, x: torch.Tensor, kv_cache: LayerKVCache | None = None) -> torch.Tensor:
-        check_tensor("x", x, dims=3)
+        validation.check_tensor("x", x, dims=3)
         x = x + self.sa(self.ln1(x), kv_cache)
         x = x + self.ffwd(self.ln2(x))
         return x
@@ -366,7 +366,8 @@ class GPT(nn.Module):
         kv_cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         c = self.config
-        check_token_ids(idx, c.vocab_size)
+        if not torch.compiler.is_compiling():  # it reads the ids; a compiled decode step is fed the ids it sampled
+            validation.check_token_ids(idx, c.vocab_size)
         B, T = idx.shape
         past = 0
         if kv_cache is not None:
@@ -396,7 +397,7 @@ class GPT(nn.Module):
         logits = self.lm_head(x)  # (B, T, vocab_size)
         loss = None
         if targets is not None:
-            check_token_ids(targets, c.vocab_size, name="targets", ignore_index=IGNORE_INDEX)
+            validation.check_token_ids(targets, c.vocab_size, name="targets", ignore_index=IGNORE_INDEX)
             if targets.shape != idx.shape:
                 raise ValueError(f"targets shape {tuple(targets.shape)} must equal idx shape {tuple(idx.shape)}")
             # reshape, not view: targets may be a non-contiguous slice

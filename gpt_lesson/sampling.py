@@ -9,6 +9,8 @@ context (exactly what the uncached path computes).
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 
@@ -71,6 +73,54 @@ def sample_next(
         raise
 
 
+def _decode_step(model: GPT, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """One cached step: the newest token ``idx`` (B, 1) in, the next token's logits (B, vocab) out."""
+    logits, _ = model(idx, kv_cache=cache)
+    return logits[:, -1, :]
+
+
+class _CompiledStep:
+    """:func:`_decode_step` compiled by ``torch.compile``, or the eager step with a warning where that fails.
+
+    ``dynamic=True``: the cache length changes at every step, so it becomes a symbol of one
+    compiled graph instead of one compilation per length. ``fullgraph=True``: a graph break would
+    quietly leave parts eager; it fails instead, and the fallback says so.
+    """
+
+    compiled = None  # torch.compile's wrapper, shared by every generate() call (it keeps what it compiled)
+    failure: str | None = None  # why compiling failed in this process; it is not tried again
+
+    def __init__(self) -> None:
+        self.checked = self.warned = False
+
+    def __call__(self, model: GPT, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        cls = _CompiledStep
+        # The step that fills the buffer's last position reads all of it, a contiguous tensor: another
+        # memory layout, which would be a second compilation. That one step per window runs eagerly.
+        if cls.failure is None and cache.length + 1 < cache.max_len:
+            if cls.compiled is None:
+                cls.compiled = torch.compile(_decode_step, dynamic=True, fullgraph=True)
+            if self.checked:
+                return cls.compiled(model, idx, cache)
+            length = cache.length
+            try:
+                logits = cls.compiled(model, idx, cache)  # the first call compiles (tens of seconds)
+                self.checked = True
+                return logits
+            except Exception as err:  # no C++ compiler, an unsupported platform, ...
+                for layer in cache.layers:
+                    layer.length = length  # the failed call may have moved the cache on
+                lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [""]
+                # Inductor's first line is often only "backend='inductor' raised:"; the cause is on the next.
+                reason = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
+                cls.failure = f"{type(err).__name__}: {reason[:200]}"
+        if cls.failure is not None and not self.warned:
+            self.warned = True
+            warnings.warn(f"compile=True: torch.compile cannot compile the decode step here ({cls.failure}); "
+                          "decoding without compiling (the same tokens, slower)", RuntimeWarning, stacklevel=3)
+        return _decode_step(model, idx, cache)
+
+
 def generate(
     model: GPT,
     idx: torch.Tensor,
@@ -79,47 +129,68 @@ def generate(
     top_k: int | None = None,
     use_cache: bool = False,
     generator: torch.Generator | None = None,
+    compile: bool = False,
 ) -> torch.Tensor:
     """Append ``max_new_tokens`` tokens to ``idx`` (B, T) and return (B, T + max_new_tokens).
 
     ``temperature=0`` is greedy decoding. Contexts longer than ``block_size`` are
     cropped to their last ``block_size`` tokens. The model is put in eval mode for
     the call and its previous mode restored.
+
+    ``use_cache=True`` keeps every layer's keys and values (:class:`KVCache`), so a step
+    runs the newest token only. ``compile=True`` (with the cache) also compiles that
+    one-token step with ``torch.compile``: the first call compiles (tens of seconds; a C++
+    compiler is needed), later calls reuse it. Where compiling fails, a warning says why and
+    the step runs eagerly. Every mode gives the same tokens.
     """
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-        raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
     vocab_size, block_size = model.config.vocab_size, model.config.block_size
     check_token_ids(idx, vocab_size)
     check_bool("use_cache", use_cache)
+    check_bool("compile", compile)
     if use_cache and not model.config.causal:
         raise ValueError(
             "use_cache=True needs a causal model: with causal=False every position sees the later ones, so keys "
             "and values computed earlier change as tokens are added and a cache would give other tokens; "
             "use use_cache=False"
         )
+    if compile and not use_cache:
+        raise ValueError("compile=True compiles the cached one-token step; it needs use_cache=True")
     _check_sampling(temperature, top_k, vocab_size)
-    was_training = model.training
+    step = _CompiledStep() if compile else _decode_step
+    B, T = idx.shape
+    out = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)  # written in place
+    out[:, :T] = idx
+    was_training, onednn, threads = model.training, torch.backends.mkldnn.enabled, torch.get_num_threads()
     model.eval()
+    # oneDNN's GELU costs about 10 us of set-up per call, more than the GELU of one token itself;
+    # PyTorch's own kernel has none. (No other operator of this model uses oneDNN.)
+    torch.backends.mkldnn.enabled = False
+    if use_cache:
+        # One token's operators are too small to share between threads: waking a second thread costs more
+        # than it saves (the attention kernel splits even one query over threads), and on a busy machine
+        # waiting for it costs far more. The uncached path keeps every thread for its larger matrices.
+        torch.set_num_threads(1)
     cache: KVCache | None = None
+    next_id = idx[:, -1:]  # the newest token; with the cache, the first step runs the whole prompt instead
     try:
-        # inference_mode rather than no_grad: it also skips autograd's version and view tracking,
-        # a large share of a cached step's cost (about 100 tiny kernels per token).
+        # inference_mode rather than no_grad: it also skips autograd's version and view tracking.
         with torch.inference_mode():
-            for _ in range(max_new_tokens):
+            for t in range(T, T + max_new_tokens):
                 if not use_cache:
-                    logits, _ = model(idx[:, -block_size:])
+                    logits = model(out[:, max(0, t - block_size):t])[0][:, -1, :]
                 elif cache is None or cache.length >= block_size:
                     # Start, or the window is full and slides: every position changes, so rebuild.
                     if cache is None:
-                        cache = KVCache.for_model(model, batch_size=idx.size(0))
+                        cache = KVCache.for_model(model, batch_size=B)
                     cache.reset()
-                    logits, _ = model(idx[:, -block_size:], kv_cache=cache)
+                    logits = model(out[:, max(0, t - block_size):t], kv_cache=cache)[0][:, -1, :]
                 else:
-                    logits, _ = model(idx[:, -1:], kv_cache=cache)  # only the newest token
-                next_id = sample_next(logits[:, -1, :], temperature, top_k, generator)  # (B, 1)
-                idx = torch.cat((idx, next_id), dim=1)
+                    logits = step(model, next_id, cache)  # only the newest token goes in
+                next_id = sample_next(logits, temperature, top_k, generator)  # (B, 1)
+                out[:, t:t + 1] = next_id
     finally:
         model.train(was_training)
-    return idx.clone()  # a normal tensor again, usable in autograd (inference tensors are not)
+        torch.backends.mkldnn.enabled = onednn
+        torch.set_num_threads(threads)
+    return out

@@ -1,8 +1,14 @@
-"""Sampling and the KV cache: cached and uncached decoding give the same tokens."""
+"""Sampling and the KV cache: cached, uncached and compiled decoding give the same tokens."""
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
 import pytest
 import torch
 
-from gpt_lesson import GPT
+from gpt_lesson import GPT, sampling
 from gpt_lesson.sampling import generate, next_token_probs, sample_next
 
 
@@ -63,3 +69,131 @@ def test_temperature_sharpens_and_flattens():
     logits = torch.tensor([[2.0, 1.0, 0.0]])
     cold, warm, hot = (next_token_probs(logits, t)[0, 0].item() for t in (0.5, 1.0, 2.0))
     assert cold > warm > hot > 1 / 3
+
+
+# --- the compiled decode step (issue 18) ------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_compile_state(monkeypatch):
+    """Forget any compiled step or recorded failure of earlier tests (they are per process)."""
+    monkeypatch.setattr(sampling._CompiledStep, "compiled", None)
+    monkeypatch.setattr(sampling._CompiledStep, "failure", None)
+
+
+def test_compile_needs_the_cache_and_a_bool(model):
+    idx = torch.zeros(1, 1, dtype=torch.long)
+    with pytest.raises(ValueError, match="compile=True compiles the cached one-token step; it needs use_cache=True"):
+        generate(model, idx, 2, compile=True)
+    with pytest.raises(TypeError, match="compile='yes' must be True or False"):
+        generate(model, idx, 2, use_cache=True, compile="yes")
+
+
+def _failing_compile(calls):
+    """A stand-in for torch.compile whose compiled function first moves the cache on, then fails."""
+    def fake_compile(fn, **options):
+        assert options == {"dynamic": True, "fullgraph": True}
+
+        def compiled(model, idx, cache):
+            calls.append(cache.length)
+            for layer in cache.layers:
+                layer.length += 1  # a half-done step: the fallback must undo it
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore lines")
+        return compiled
+    return fake_compile
+
+
+def test_compile_falls_back_to_the_eager_step_with_a_warning(model, monkeypatch, fresh_compile_state):
+    calls = []
+    monkeypatch.setattr(torch, "compile", _failing_compile(calls))
+    idx = torch.randint(0, 30, (2, 3), generator=torch.Generator().manual_seed(0))
+    expected = generate(model, idx, 20, temperature=0)  # crosses block_size=16: the window slides
+    with pytest.warns(RuntimeWarning, match=r"cannot compile the decode step here \(RuntimeError: InvalidCxxCompiler: "
+                                            r"No working C\+\+ compiler found\); decoding without compiling"):
+        got = generate(model, idx, 20, temperature=0, use_cache=True, compile=True)
+    assert torch.equal(got, expected)
+    assert calls == [3]  # tried once, at the first one-token step (after the 3-token prefill)
+    assert sampling._CompiledStep.failure.startswith("RuntimeError: InvalidCxxCompiler")
+    # A later call does not try again (compiling is slow), but still says it runs uncompiled.
+    with pytest.warns(RuntimeWarning, match="cannot compile the decode step here"):
+        again = generate(model, idx, 20, temperature=0.8, top_k=5, use_cache=True, compile=True,
+                         generator=torch.Generator().manual_seed(1))
+    assert calls == [3]
+    assert torch.equal(again, generate(model, idx, 20, temperature=0.8, top_k=5,
+                                       generator=torch.Generator().manual_seed(1)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attn_impl", ["sdpa", "naive"])
+def test_compiled_decoding_gives_the_same_tokens_and_compiles_once(attn_impl, fresh_compile_state):
+    """torch.compile of the one-token step (Inductor; needs a C++ compiler): the same greedy and sampled
+    tokens as without a cache, past block_size too, and one compilation serves every length."""
+    torch.manual_seed(7)
+    m = GPT(30, 32, 4, 2, 16, attn_impl=attn_impl)
+    idx = torch.randint(0, 30, (3, 5))  # batch 3, not 1 or n_layer=2: those sizes would be compiled apart
+    sampled = dict(temperature=0.8, top_k=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        assert torch.equal(generate(m, idx, 8, temperature=0, use_cache=True, compile=True),
+                           generate(m, idx, 8, temperature=0))
+        with torch._dynamo.config.patch(error_on_recompile=True):  # a second compilation would raise
+            for new in (3, 30):  # 30 runs past block_size=16: the window slides, the cache is rebuilt
+                assert torch.equal(generate(m, idx, new, temperature=0, use_cache=True, compile=True),
+                                   generate(m, idx, new, temperature=0))
+            for seed in (1, 2):
+                assert torch.equal(
+                    generate(m, idx, 25, use_cache=True, compile=True, generator=torch.Generator().manual_seed(seed),
+                             **sampled),
+                    generate(m, idx, 25, generator=torch.Generator().manual_seed(seed), **sampled))
+    fallbacks = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert not fallbacks and sampling._CompiledStep.failure is None, fallbacks
+
+
+@pytest.mark.slow
+def test_compile_without_a_cxx_compiler_falls_back(tmp_path):
+    """The real failure, in a fresh process: Inductor finds no C++ compiler (and no compiled graph in its cache)."""
+    code = textwrap.dedent("""
+        import warnings, torch
+        from gpt_lesson import GPT
+        from gpt_lesson.sampling import generate
+        torch.manual_seed(0)
+        m = GPT(20, 16, 2, 1, 8)
+        idx = torch.tensor([[1, 2, 3]])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            got = generate(m, idx, 12, temperature=0, use_cache=True, compile=True)
+        print("identical", torch.equal(got, generate(m, idx, 12, temperature=0)))
+        print("warnings", [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)])
+    """)
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "identical True" in out.stdout
+    assert "cannot compile the decode step here" in out.stdout and "decoding without compiling" in out.stdout
+
+
+def test_generate_restores_the_onednn_and_thread_settings(model):
+    """The cached loop runs on one thread and PyTorch's own GELU; generate() puts both settings back."""
+    onednn, threads = torch.backends.mkldnn.enabled, torch.get_num_threads()
+    seen = []
+    original = model.forward
+
+    def spy(*args, **kwargs):
+        seen.append((torch.backends.mkldnn.enabled, torch.get_num_threads()))
+        return original(*args, **kwargs)
+
+    model.forward = spy
+    torch.set_num_threads(2)
+    try:
+        generate(model, torch.zeros(1, 1, dtype=torch.long), 3, use_cache=True)
+        assert seen == [(False, 1)] * 3 and torch.get_num_threads() == 2
+        seen.clear()
+        generate(model, torch.zeros(1, 1, dtype=torch.long), 3)  # no cache: larger matrices keep the threads
+        assert seen == [(False, 2)] * 3 and torch.get_num_threads() == 2
+        model.forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))
+        with pytest.raises(RuntimeError, match="boom"):
+            generate(model, torch.zeros(1, 1, dtype=torch.long), 3, use_cache=True)
+        assert torch.backends.mkldnn.enabled == onednn and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

@@ -50,7 +50,6 @@ def test_parameter_count_is_286504():
     source, ours = _pair(SEED_CONFIG)
     n_source = sum(p.numel() for p in source.parameters())
     assert n_source == ours.num_parameters() == 286_504
-    assert f"{n_source / 1e6:.2f}M" == "0.29M"
 
 
 @pytest.mark.parametrize("config", CONFIGS)
