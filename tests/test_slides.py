@@ -602,3 +602,22 @@ def test_commands_in_the_teachers_guide_parse():
     for module, args in commands:
         assert module in parsers, f"docs/teaching.md names python -m tools.{module}, which is not a tool"
         parsers[module]().parse_args(shlex.split(args))  # exits (fails the test) on an unknown option
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", ["02_attention", "11_interview_questions"])
+def test_chinese_deck_is_readable_from_the_back_row(browser_context, tmp_path, name):
+    """The Chinese edition builds decks too (the lessons with the most Chinese text): the same size limits,
+    no clipped code, and every Chinese character drawn from the bundled font on a machine without CJK fonts."""
+    notebook = REPO / "notebooks" / "zh" / f"{name}.ipynb"
+    if not notebook.exists():
+        pytest.skip(f"zh/{name} is not translated yet")
+    if shutil.which("npm") is None:
+        pytest.fail("npm is needed to build the slides: apt-get install -y npm")
+    (deck,) = build_decks([notebook], tmp_path / "out")
+    ctx, remote = browser_context
+    m = measure_deck(ctx, deck.html, remote)
+    assert len(m.slides) == deck.total
+    assert _readability_problems(m) == []
+    html = deck.html.read_text(encoding="utf-8")
+    assert sum("\u4e00" <= ch <= "\u9fff" for ch in html) > 500  # the Chinese text is on the slides
