@@ -25,6 +25,7 @@ __all__ = [
     "merge_heads",
     "naive_attention",
     "sdpa_attention",
+    "one_query_attention",
 ]
 
 
@@ -163,3 +164,17 @@ def sdpa_attention(
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal and attn_mask is None, scale=scale
     )
+
+
+def one_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention of one new query (B, nh, 1, hs) over every key so far (B, nh, L, hs), as two sums.
+
+    The same numbers as ``softmax(q @ k^T * scale) @ v`` with no mask (one newest token may see
+    every earlier one). Written as element-wise products and sums, ``torch.compile`` fuses it with
+    the rest of a decode step into one loop nest; in eager PyTorch the fused SDPA kernel is faster.
+    """
+    check_tensor("q", q, dims=4)
+    if q.size(-2) != 1:
+        raise ValueError(f"one_query_attention takes one query per head, got q of shape {tuple(q.shape)}")
+    weights = F.softmax((q * k).sum(-1) * scale, dim=-1)  # (B, nh, L): one score per key
+    return (weights.unsqueeze(-1) * v).sum(-2, keepdim=True)  # (B, nh, 1, hs)

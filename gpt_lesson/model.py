@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import validation
+from .attention import one_query_attention
 
 __all__ = [
     "GPTConfig", "LayerKVCache", "KVCache", "CausalSelfAttention", "FeedForward", "Block", "GPT",
@@ -218,11 +219,13 @@ class CausalSelfAttention(nn.Module):
             k, v = kv_cache.update(k, v)
         if past + T > self.tril.size(0):
             raise ValueError(f"sequence length {past + T} is longer than block_size={self.tril.size(0)}")
-        # Query i sits at position past + i and may see keys 0..past + i: rows past..past+T-1 of tril.
-        # One new token sees every cached key and needs no mask.
+        # Query i sits at position past + i and sees keys 0..past + i: rows past..past+T-1 of tril (none for T=1).
         mask = self.tril[past:past + T, :past + T] if self.config.causal and T > 1 else None
 
-        if self.config.attn_impl == "naive" or self.capture:
+        if T == 1 and not self.training and torch.compiler.is_compiling():
+            # Steps 2-5 for one new token in a compiled decode step, as two sums that Inductor fuses with the rest.
+            out = one_query_attention(q, k, v, self.scale)
+        elif self.config.attn_impl == "naive" or self.capture:
             # 2. Scores: every query against every key, scaled by 1/sqrt(hs): (B, nh, T, past + T).
             wei = q @ k.transpose(-2, -1) * self.scale
             scores = wei
@@ -241,7 +244,6 @@ class CausalSelfAttention(nn.Module):
             # Steps 2-5 in one fused kernel. A bool mask hides where it is False; with no cache
             # is_causal builds the same mask (it aligns it top-left, so a cache needs the explicit one).
             p = self.dropout.p if self.training else 0.0
-            # (T > 1 first: a compiled one-token step, where past is a symbol, then never tests past == 0)
             causal_no_cache = self.config.causal and T > 1 and past == 0
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=None if causal_no_cache or mask is None else mask.bool(),

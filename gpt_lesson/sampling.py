@@ -9,6 +9,7 @@ context (exactly what the uncached path computes).
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -79,19 +80,40 @@ def _decode_step(model: GPT, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
     return logits[:, -1, :]
 
 
+# Inductor's pass that writes a matrix-vector product (one token: one row times a weight matrix) as a
+# multiply-and-sum loop it can fuse with the LayerNorms, GELUs and additions around it, instead of calling
+# the BLAS library once per matrix. PyTorch applies it on CPU only to products with one row and sizes
+# up to 2048; it is off unless asked for.
+_COMPILE_OPTIONS = {"post_grad_fusion_options": {"decompose_mm_pass": {}}}
+
+
+def _compile_options() -> dict:
+    """:data:`_COMPILE_OPTIONS`, and no on-disk graph cache when ``ATEN_CPU_CAPABILITY`` is set.
+
+    That cache does not record the variable (PyTorch 2.13): a graph generated for this CPU's vector
+    instructions would be reused and fail to build as the plain C++ the variable asks for.
+    """
+    if os.environ.get("ATEN_CPU_CAPABILITY"):
+        return {**_COMPILE_OPTIONS, "fx_graph_cache": False}
+    return dict(_COMPILE_OPTIONS)
+
+
 class _CompiledStep:
     """:func:`_decode_step` compiled by ``torch.compile``, or the eager step with a warning where that fails.
 
-    ``dynamic=True``: the cache length changes at every step, so it becomes a symbol of one
-    compiled graph instead of one compilation per length. ``fullgraph=True``: a graph break would
-    quietly leave parts eager; it fails instead, and the fallback says so.
+    ``dynamic`` is left to PyTorch: the first call compiles for its cache length; the next sees the
+    length change and compiles once more with the length as a symbol, so later steps reuse that one
+    graph. The batch size stays a constant (``dynamic=True`` would make it a symbol too, and the
+    one-row products above would not be fused). ``fullgraph=True``: a graph break would quietly leave
+    parts eager; it fails instead, and the fallback says so.
     """
 
     compiled = None  # torch.compile's wrapper, shared by every generate() call (it keeps what it compiled)
     failure: str | None = None  # why compiling failed in this process; it is not tried again
 
     def __init__(self) -> None:
-        self.checked = self.warned = False
+        self.checked = 0  # calls that ran compiled in this generate(); the first two may compile
+        self.warned = False
 
     def __call__(self, model: GPT, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
         cls = _CompiledStep
@@ -99,13 +121,13 @@ class _CompiledStep:
         # memory layout, which would be a second compilation. That one step per window runs eagerly.
         if cls.failure is None and cache.length + 1 < cache.max_len:
             if cls.compiled is None:
-                cls.compiled = torch.compile(_decode_step, dynamic=True, fullgraph=True)
-            if self.checked:
+                cls.compiled = torch.compile(_decode_step, fullgraph=True, options=_compile_options())
+            if self.checked >= 2:
                 return cls.compiled(model, idx, cache)
             length = cache.length
             try:
-                logits = cls.compiled(model, idx, cache)  # the first call compiles (tens of seconds)
-                self.checked = True
+                logits = cls.compiled(model, idx, cache)  # the first two calls compile (seconds each)
+                self.checked += 1
                 return logits
             except Exception as err:  # no C++ compiler, an unsupported platform, ...
                 for layer in cache.layers:

@@ -67,3 +67,20 @@ def test_naive_attention_equals_fused(masked):
     assert (out - expected).abs().max() < 1e-5
     assert torch.allclose(scores, q @ k.transpose(-2, -1) / math.sqrt(8))
     assert (A.sdpa_attention(q, k, v, mask) - expected).abs().max() < 1e-5
+
+
+def test_one_query_attention_equals_the_matrix_form():
+    """The compiled decode step's attention: one query over L keys, as sums, gives softmax(q k^T s) v."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 1, 8)
+    k, v = torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 8)
+    out = A.one_query_attention(q, k, v, 8 ** -0.5)
+    assert out.shape == (2, 4, 1, 8)
+    assert (out - F.scaled_dot_product_attention(q, k, v)).abs().max() < 1e-6
+    assert (A.one_query_attention(q, k, v, 1.0) - F.softmax(q @ k.transpose(-2, -1), -1) @ v).abs().max() < 1e-6
+
+
+def test_one_query_attention_rejects_several_queries():
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match=r"one_query_attention takes one query per head, got q of shape \(1, 2, 3, 4\)"):
+        A.one_query_attention(q, q, q, 0.5)

@@ -92,7 +92,7 @@ def test_compile_needs_the_cache_and_a_bool(model):
 def _failing_compile(calls):
     """A stand-in for torch.compile whose compiled function first moves the cache on, then fails."""
     def fake_compile(fn, **options):
-        assert options == {"dynamic": True, "fullgraph": True}
+        assert options == {"fullgraph": True, "options": sampling._compile_options()}
 
         def compiled(model, idx, cache):
             calls.append(cache.length)
@@ -127,7 +127,8 @@ def test_compile_falls_back_to_the_eager_step_with_a_warning(model, monkeypatch,
 @pytest.mark.parametrize("attn_impl", ["sdpa", "naive"])
 def test_compiled_decoding_gives_the_same_tokens_and_compiles_once(attn_impl, fresh_compile_state):
     """torch.compile of the one-token step (Inductor; needs a C++ compiler): the same greedy and sampled
-    tokens as without a cache, past block_size too, and one compilation serves every length."""
+    tokens as without a cache, past block_size too; the first call's two compilations (its first length,
+    then the length as a symbol) serve every later call."""
     torch.manual_seed(7)
     m = GPT(30, 32, 4, 2, 16, attn_impl=attn_impl)
     idx = torch.randint(0, 30, (3, 5))  # batch 3, not 1 or n_layer=2: those sizes would be compiled apart
@@ -171,6 +172,33 @@ def test_compile_without_a_cxx_compiler_falls_back(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "identical True" in out.stdout
     assert "cannot compile the decode step here" in out.stdout and "decoding without compiling" in out.stdout
+
+
+@pytest.mark.slow
+def test_compile_after_a_native_compile_under_aten_cpu_capability_default(tmp_path):
+    """Inductor's on-disk graph cache ignores ATEN_CPU_CAPABILITY: a graph cached by a native run came back
+    vectorised and failed to build as plain C++ (then the step fell back). Without that cache it compiles."""
+    code = textwrap.dedent("""
+        import warnings, torch
+        from gpt_lesson import GPT
+        from gpt_lesson.sampling import generate
+        torch.manual_seed(0)
+        m = GPT(65, 128, 4, 2, 64, attn_impl="sdpa", dropout=0.0)
+        idx = torch.randint(0, 65, (1, 4), generator=torch.Generator().manual_seed(1))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            got = generate(m, idx, 12, temperature=0, use_cache=True, compile=True)
+        print("identical", torch.equal(got, generate(m, idx, 12, temperature=0)))
+        print("warnings", [str(w.message) for w in caught])
+    """)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    for capability in (None, "default"):  # the native run fills the cache, the second would read it
+        if capability:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "identical True" in out.stdout and "warnings []" in out.stdout, (capability, out.stdout[-2000:])
 
 
 def test_generate_restores_the_onednn_and_thread_settings(model):
