@@ -174,6 +174,34 @@ def test_compile_without_a_cxx_compiler_falls_back(tmp_path):
     assert "cannot compile the decode step here" in out.stdout and "decoding without compiling" in out.stdout
 
 
+@pytest.mark.parametrize("vectorises", [True, False])
+@pytest.mark.parametrize("capability", [None, "default"])
+def test_compile_options_follow_the_cpu(monkeypatch, vectorises, capability):
+    """The one-row matmul pass only where Inductor writes vector C++; no on-disk graph cache under ATEN_CPU_CAPABILITY."""
+    monkeypatch.setattr(sampling, "_inductor_vectorises", lambda: vectorises)
+    if capability:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+    else:
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    options = sampling._compile_options()
+    assert ("post_grad_fusion_options" in options) == vectorises
+    if vectorises:
+        assert options["post_grad_fusion_options"] == {"decompose_mm_pass": {}}
+    assert options.get("fx_graph_cache", True) is (capability is None)
+
+
+def test_inductor_vectorises_on_this_cpu_unless_told_not_to():
+    """PyTorch's own check, in a fresh process: this machine has vector instructions; the variable turns them off."""
+    code = "from gpt_lesson.sampling import _inductor_vectorises; print(_inductor_vectorises())"
+    for capability, expected in ((None, "True"), ("default", "False")):
+        env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+        if capability:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == expected, (capability, out.stdout)
+
+
 @pytest.mark.slow
 def test_compile_after_a_native_compile_under_aten_cpu_capability_default(tmp_path):
     """Inductor's on-disk graph cache ignores ATEN_CPU_CAPABILITY: a graph cached by a native run came back
