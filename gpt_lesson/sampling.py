@@ -93,7 +93,10 @@ def _inductor_vectorises() -> bool:
         from torch._inductor.cpu_vec_isa import pick_vec_isa  # PyTorch's own check (a private module)
     except ImportError:  # moved in another version: assume the usual case, a CPU with vector instructions
         return True
-    return bool(pick_vec_isa())
+    try:
+        return bool(pick_vec_isa())  # it test-builds a small C++ program
+    except Exception:  # no working C++ compiler: no vector C++ either (compiling will fail and fall back)
+        return False
 
 
 def _compile_options() -> dict:

@@ -202,6 +202,16 @@ def test_inductor_vectorises_on_this_cpu_unless_told_not_to():
         assert out.stdout.strip() == expected, (capability, out.stdout)
 
 
+def test_inductor_vectorises_is_false_when_its_check_cannot_build(monkeypatch):
+    """PyTorch's check builds a C++ program; without a compiler it raises, which means no vector C++ here."""
+    from torch._inductor import cpu_vec_isa
+
+    def no_compiler():
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", no_compiler)
+    assert sampling._inductor_vectorises() is False
+
+
 @pytest.mark.slow
 def test_compile_after_a_native_compile_under_aten_cpu_capability_default(tmp_path):
     """Inductor's on-disk graph cache ignores ATEN_CPU_CAPABILITY: a graph cached by a native run came back
