@@ -14,6 +14,9 @@ SHARED_DATA = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 if not os.environ.get("GPT_LESSON_DATA") and SHARED_DATA.is_file():
     # Lessons and tests (and the notebook kernels nbval starts, which inherit this) read the shared copy.
     os.environ["GPT_LESSON_DATA"] = str(SHARED_DATA)
+SHARED_GPT2 = ROOT.parent / "shared" / "data" / "gpt2"
+if not os.environ.get("GPT_LESSON_GPT2") and (SHARED_GPT2 / "vocab.bpe").is_file():
+    os.environ["GPT_LESSON_GPT2"] = str(SHARED_GPT2)  # GPT-2's tokenizer files, for lesson 13 and its tests
 
 
 @pytest.fixture(autouse=True)

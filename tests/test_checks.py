@@ -1559,7 +1559,12 @@ def test_every_label_has_a_test():
     tables = [d for _, _, d in FALSE_ACCEPTS + NAMED + BUGS + DDP_BUGS] + [d for _, d in LOAD_BUGS]
     tables += [first for _, _, first, _ in TWO_BUGS]
     tested = {label for diagnosis in tables for label in diagnosis.split("; ")} | TESTED_ELSEWHERE
-    assert set(checks.LABELS.values()) - tested == set()
+    # the modules of lessons 01-08 and 12; each newer check module's own test file checks its labels
+    from gpt_lesson.checks import attention, block, distributed, feed_forward, gpt, heads, tokens, verdicts
+    covered = (verdicts, tokens, attention, heads, feed_forward, block, gpt, distributed)
+    labels = {value for module in covered for name, value in vars(module).items()
+              if name.isupper() and not name.startswith("_") and isinstance(value, str)}
+    assert labels - tested == set()
 
 
 def test_messages_go_through_the_translation_function(monkeypatch):

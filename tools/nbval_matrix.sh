@@ -10,6 +10,9 @@ targets=("$@")
 if [ -z "${GPT_LESSON_DATA:-}" ] && [ -f ../shared/data/tinyshakespeare.txt ]; then
   export GPT_LESSON_DATA="$PWD/../shared/data/tinyshakespeare.txt"
 fi
+if [ -z "${GPT_LESSON_GPT2:-}" ] && [ -f ../shared/data/gpt2/vocab.bpe ]; then
+  export GPT_LESSON_GPT2="$PWD/../shared/data/gpt2"
+fi
 status=0
 for setting in native ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_CBWR=COMPATIBLE; do
   echo "== nbval with $setting"

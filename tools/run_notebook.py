@@ -2,7 +2,7 @@
 
     python tools/run_notebook.py notebooks/02_attention.ipynb [more.ipynb ...]
 
-Each notebook runs in its own folder (as nbval runs it), with ``GPT_LESSON_DATA`` pointing at the
+Each notebook runs in its own folder (as nbval runs it), with ``GPT_LESSON_DATA`` (and ``GPT_LESSON_GPT2``) pointing at the
 shared copy of Tiny Shakespeare when one is next to the project. The stored notebook keeps its cell
 ids and drops the volatile per-run metadata (execution timestamps), so a re-run changes only the
 outputs that really changed.
@@ -21,6 +21,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+SHARED_GPT2 = ROOT.parent / "shared" / "data" / "gpt2"  # GPT-2's tokenizer files (lesson 13)
 VOLATILE_CELL_METADATA = ("execution", "collapsed", "scrolled")
 
 
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "GPT_LESSON_DATA" not in os.environ and SHARED_DATA.is_file():
         os.environ["GPT_LESSON_DATA"] = str(SHARED_DATA)
+    if "GPT_LESSON_GPT2" not in os.environ and (SHARED_GPT2 / "vocab.bpe").is_file():
+        os.environ["GPT_LESSON_GPT2"] = str(SHARED_GPT2)
     os.environ.pop("MPLBACKEND", None)  # kernels must draw inline plots
     for path in args.notebooks:
         seconds = run(path.resolve(), args.timeout)

@@ -27,6 +27,8 @@ module                        checks                                            
 :mod:`.distributed`           ``check_effective_batch``, ``check_grad_accum_steps``,       12
                               ``check_allreduce_bytes``
 :mod:`.generation`            ``check_top_p``                                              10, 11
+:mod:`.bpe`                   ``check_bpe_merge``, ``check_bpe_encode``,                   13
+                              ``check_gpt2_pre_split``
 :mod:`.runner`                the one runner: calls the learner's code, judges, reports
 :mod:`.verdicts`              ``CheckResult``, the labels and messages every check shares
 ============================  ==========================================================  =========
@@ -36,9 +38,10 @@ and the templates of its messages at the top, for the message catalogue.
 """
 from __future__ import annotations
 
-from . import attention, block, distributed, feed_forward, gpt, heads, tokens, verdicts
+from . import attention, block, bpe, distributed, feed_forward, generation, gpt, heads, tokens, verdicts
 from .attention import check_attention_scores, check_causal_attention, check_softmax_weights
 from .block import check_block, check_layer_norm
+from .bpe import check_bpe_encode, check_bpe_merge, check_gpt2_pre_split
 from .distributed import check_allreduce_bytes, check_effective_batch, check_grad_accum_steps
 from .feed_forward import check_feed_forward
 from .generation import check_top_p
@@ -50,7 +53,7 @@ from .verdicts import CheckResult
 # Every diagnosis label, by constant name (``checks.NO_MASK == "no mask"``), from every module.
 LABELS: dict[str, str] = {
     name: value
-    for module in (verdicts, tokens, attention, heads, feed_forward, block, gpt, distributed)
+    for module in (verdicts, tokens, attention, heads, feed_forward, block, gpt, distributed, generation, bpe)
     for name, value in vars(module).items()
     if name.isupper() and not name.startswith("_") and isinstance(value, str)
 }
@@ -66,4 +69,5 @@ __all__ = [
     "check_gpt_forward", "check_parameter_count", "check_load_source_weights",
     "check_effective_batch", "check_grad_accum_steps", "check_allreduce_bytes",
     "check_top_p",
+    "check_bpe_merge", "check_bpe_encode", "check_gpt2_pre_split",
 ]
