@@ -318,7 +318,7 @@ def test_top_p_refuses_the_librarys_top_p(capsys):
         return sampling._top_p_filter(probs.log(), p).softmax(-1)
 
     for fn, name in [(via_next_token_probs, "gpt_lesson.sampling.next_token_probs"),
-                     (via_the_filter, "gpt_lesson.sampling's top-p filter")]:
+                     (via_the_filter, "gpt_lesson.sampling._top_p_filter")]:
         result = checks.check_top_p(fn)
         assert result.diagnosis == checks.CALLED_LIBRARY and name in result.message
 
@@ -390,7 +390,260 @@ def test_top_p_feedback_in_chinese(capsys):
     assert any("\u4e00" <= ch <= "\u9fff" for ch in result.message)
 
 
+# ================================================================ temperature and top-k
+
+
+def tk_karpathy(logits, temperature, top_k):
+    logits = logits / temperature
+    if top_k is not None:
+        v, _ = torch.topk(logits, top_k)
+        logits[logits < v[..., [-1]]] = -float("Inf")
+    return F.softmax(logits, dim=-1)
+
+
+def tk_scatter(logits, temperature, top_k):
+    z = logits / temperature
+    if top_k:
+        values, idx = z.topk(top_k, dim=-1)
+        z = torch.full_like(z, float("-inf")).scatter(-1, idx, values)
+    z = z - z.amax(dim=-1, keepdim=True)
+    e = z.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def tk_probabilities_float64(logits, temperature, top_k):
+    p = torch.softmax(logits.double() / temperature, dim=-1)
+    if top_k is not None:
+        kth = p.sort(dim=-1, descending=True).values[..., top_k - 1:top_k]
+        p = torch.where(p >= kth, p, 0.0)
+        p = p / p.sum(dim=-1, keepdim=True)
+    return p.float()
+
+
+def tk_sort_threshold(logits, temperature, top_k):
+    out = logits.clone() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        threshold = out.sort(dim=-1, descending=True).values[..., top_k - 1].unsqueeze(-1)
+        out = out.masked_fill(out < threshold, float("-inf"))
+    return out.softmax(-1)
+
+
+TK_SOLUTIONS = [tk_karpathy, tk_scatter, tk_probabilities_float64, tk_sort_threshold]
+
+
+@pytest.mark.parametrize("solution", TK_SOLUTIONS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_temperature_top_k_correct_solutions_pass(solution, hidden, capsys):
+    assert checks.check_temperature_top_k(solution, hidden=hidden).passed, capsys.readouterr().out
+
+
+def _cut(z, top_k, fill=float("-inf"), op="<"):
+    if top_k is None:
+        return z
+    kth = torch.topk(z, top_k).values[..., -1:]
+    return z.masked_fill(z < kth if op == "<" else z <= kth, fill)
+
+
+TK_BUGS = [
+    (lambda z, t, k: F.softmax(_cut(z * t, k), -1), G.TEMPERATURE_MULTIPLIED),
+    (lambda z, t, k: F.softmax(_cut(z, k), -1), G.TEMPERATURE_IGNORED),
+    (lambda z, t, k: F.softmax(_cut(z, k), -1) / t, G.TEMPERATURE_AFTER_SOFTMAX),
+    (lambda z, t, k: F.softmax(_cut(z, k), -1) ** (1 / t), G.TEMPERATURE_AFTER_SOFTMAX),
+    (lambda z, t, k: F.softmax(z / t, -1), G.TOP_K_IGNORED),
+    (lambda z, t, k: F.softmax(z / t if k is None else (z / t).masked_fill(
+        z > torch.topk(z, k, largest=False).values[..., -1:], float("-inf")), -1), G.TOP_K_SMALLEST),
+    (lambda z, t, k: F.softmax(_cut(z / t, k, fill=0.0), -1), G.TOP_K_MASKED_WITH_ZERO),
+    (lambda z, t, k: F.softmax(z / t, -1) * (_cut(z, k) > float("-inf")), G.TOP_K_NOT_RENORMALISED),
+    (lambda z, t, k: F.softmax(_cut(z / t, k, op="<="), -1), G.TOP_K_OFF_BY_ONE),
+    (lambda z, t, k: F.softmax(_cut(z / t, None if k is None else k + 1), -1), G.TOP_K_OFF_BY_ONE),
+    (lambda z, t, k: F.softmax(z / t if k is None else torch.topk(z / t, k).values, -1), G.TOP_K_VALUES_ONLY),
+    (lambda z, t, k: F.softmax(_cut(z / t, k), 0), G.SAMPLING_SOFTMAX_WRONG_DIM),
+    (lambda z, t, k: F.log_softmax(_cut(z / t, k), -1), G.SAMPLING_LOG_PROBS),
+    (lambda z, t, k: (_cut(z / t, k) - _cut(z / t, k).amax(-1, keepdim=True)).exp(), G.SAMPLING_NOT_NORMALISED),
+    (lambda z, t, k: F.softmax(_cut(z / t, None if k is None else max(1, k // 2)), -1), G.TOP_K_WRONG_COUNT),
+]
+
+
+@pytest.mark.parametrize("buggy,diagnosis", TK_BUGS, ids=[f"{i}-{d}" for i, (_, d) in enumerate(TK_BUGS)])
+def test_temperature_top_k_names_each_bug(buggy, diagnosis, capsys):
+    result = checks.check_temperature_top_k(buggy)
+    out = capsys.readouterr().out
+    assert not result.passed and result.diagnosis == diagnosis, out
+    assert "Likely bug:" in out
+
+
+def test_temperature_top_k_none_gets_a_hint_and_the_library_is_refused():
+    def no_none(logits, temperature, top_k):
+        kth = torch.topk(logits, top_k).values[..., -1:]
+        return F.softmax(logits.masked_fill(logits < kth, float("-inf")) / temperature, -1)
+
+    result = checks.check_temperature_top_k(no_none)
+    assert result.diagnosis == checks.RAISED and "top_k=None means no cut" in result.message
+    assert "On logits of shape (4, 9) with temperature=1.5, top_k=None" in result.message
+    from gpt_lesson.sampling import next_token_probs
+    result = checks.check_temperature_top_k(lambda z, t, k: next_token_probs(z, t, k))
+    assert result.diagnosis == checks.CALLED_LIBRARY and "next_token_probs" in result.message
+    assert not checks.check_temperature_top_k(lambda z, t, k: None).attempted
+
+
+# ================================================================ the decode step
+
+
+def append_kv(layer, k_new, v_new):
+    layer["k"] = torch.cat([layer["k"], k_new], dim=2)
+    layer["v"] = torch.cat([layer["v"], v_new], dim=2)
+    return layer["k"], layer["v"]
+
+
+def appended_not_stored(layer, k_new, v_new):
+    return torch.cat([layer["k"], k_new], dim=2), torch.cat([layer["v"], v_new], dim=2)
+
+
+def appended_twice(layer, k_new, v_new):
+    append_kv(layer, k_new, v_new)
+    return append_kv(layer, k_new, v_new)
+
+
+def appended_on_the_wrong_dim(layer, k_new, v_new):
+    layer["k"] = torch.cat([layer["k"], k_new], dim=1)
+    layer["v"] = torch.cat([layer["v"], v_new], dim=1)
+    return layer["k"], layer["v"]
+
+
+def make_decode_step(position="cache length", attention="by hand", append=append_kv, mask=False, scale=True,
+                     attend_before_append=False, ln_f=True):
+    """A learner's decode step: embeddings, then per block ln1, q/k/v, the cache, attention, c_proj, ffwd."""
+    def decode_step(model, token, cache):
+        B = token.size(0)
+        C = model.token_embedding_table.embedding_dim
+        t = cache[0]["k"].size(2)  # tokens already cached: the new token's position
+        pos = {"cache length": t, "zero": 0, "one ahead": t + 1}[position]
+        x = model.token_embedding_table(token) + model.position_embedding_table(torch.tensor([pos]))
+        for block, layer in zip(model.blocks, cache):
+            nh = block.sa.n_head
+            hs = C // nh
+            q, k, v = block.sa.c_attn(block.ln1(x)).split(C, dim=2)
+            q, k, v = (z.view(B, 1, nh, hs).transpose(1, 2) for z in (q, k, v))
+            if attend_before_append:
+                keys, values = layer["k"], layer["v"]
+                append(layer, k, v)
+            else:
+                keys, values = append(layer, k, v)
+            if attention == "sdpa":
+                y = F.scaled_dot_product_attention(q, keys, values, is_causal=mask)
+            elif attention == "einsum":
+                w = torch.einsum("bhqd,bhkd->bhqk", q, keys) / hs**0.5
+                y = torch.einsum("bhqk,bhkd->bhqd", w.softmax(-1), values)
+            else:
+                w = q @ keys.transpose(-2, -1)
+                if scale:
+                    w = w / hs**0.5
+                if mask:
+                    n = keys.size(2)
+                    w = w.masked_fill(torch.tril(torch.ones(n, n))[:1, :n] == 0, float("-inf"))
+                y = w.softmax(dim=-1) @ values
+            x = x + block.sa.c_proj(y.transpose(1, 2).reshape(B, 1, C))
+            x = x + block.ffwd(block.ln2(x))
+        return model.lm_head(model.ln_f(x) if ln_f else x)[:, -1, :]
+    return decode_step
+
+
+def decode_step_with_a_counter(model, token, cache):
+    """Another style: the position kept in the cache dicts, F.layer_norm-free, logits (B, 1, V) returned."""
+    step = make_decode_step(attention="einsum")
+    return step(model, token, cache)[:, None, :]
+
+
+DECODE_SOLUTIONS = [make_decode_step(), make_decode_step(attention="sdpa"), make_decode_step(attention="einsum"),
+                    decode_step_with_a_counter]
+
+
+@pytest.mark.parametrize("i", range(len(DECODE_SOLUTIONS)))
+@pytest.mark.parametrize("hidden", [False, True])
+def test_decode_step_correct_solutions_pass(i, hidden, capsys):
+    assert checks.check_decode_step(DECODE_SOLUTIONS[i], hidden=hidden).passed, capsys.readouterr().out
+
+
+DECODE_BUGS = [
+    (dict(position="zero"), G.DECODE_POSITIONS_RESTARTED),
+    (dict(position="one ahead"), G.DECODE_POSITION_ONE_AHEAD),
+    (dict(append=appended_not_stored), G.DECODE_CACHE_NOT_ADVANCED),
+    (dict(append=appended_twice), G.DECODE_APPENDED_TWICE),
+    (dict(mask=True), G.DECODE_MASKED_SINGLE_QUERY),
+    (dict(mask=True, attention="sdpa"), G.DECODE_MASKED_SINGLE_QUERY),
+    (dict(attend_before_append=True), G.DECODE_OWN_KEY_LEFT_OUT),
+    (dict(scale=False), G.DECODE_NOT_SCALED),
+    (dict(ln_f=False), G.DECODE_FIRST_TOKEN_WRONG),
+]
+
+
+@pytest.mark.parametrize("bug,diagnosis", DECODE_BUGS, ids=[d for _, d in DECODE_BUGS])
+def test_decode_step_names_each_bug(bug, diagnosis, capsys):
+    result = checks.check_decode_step(make_decode_step(**bug))
+    out = capsys.readouterr().out
+    assert not result.passed and result.diagnosis == diagnosis, out
+    assert "Likely bug:" in out
+
+
+def test_decode_step_later_token_and_cache_length_diagnoses():
+    def wrong_after_three(model, token, cache):
+        logits = make_decode_step()(model, token, cache)
+        return logits + 1.0 if cache[0]["k"].size(2) > 3 else logits
+
+    result = checks.check_decode_step(wrong_after_three)
+    assert result.diagnosis == G.DECODE_LATER_TOKEN_WRONG and "the first 3 token(s) are right, token 4" in result.message
+
+    def drops_the_oldest(layer, k_new, v_new):  # a window of 3 positions: the cache stops growing
+        append_kv(layer, k_new, v_new)
+        layer["k"], layer["v"] = layer["k"][:, :, -3:], layer["v"][:, :, -3:]
+        return layer["k"], layer["v"]
+
+    result = checks.check_decode_step(make_decode_step(append=drops_the_oldest))
+    assert result.diagnosis == G.DECODE_CACHE_LENGTH and "after 6 tokens your cache holds [3] positions" in result.message
+
+
+def test_decode_step_errors_get_hints_and_shapes_are_named():
+    result = checks.check_decode_step(make_decode_step(append=appended_on_the_wrong_dim))
+    assert result.diagnosis == checks.RAISED and "dim=2" in result.message
+    result = checks.check_decode_step(lambda model, token, cache: torch.zeros(token.size(0), 3))
+    assert result.diagnosis == checks.RAISED and "at step 1 your decode_step returned a tensor of shape" in result.message
+    assert not checks.check_decode_step(lambda model, token, cache: None).attempted
+
+
+def test_decode_step_refuses_the_models_own_forward_and_cache():
+    def whole_sequence(model, token, cache):
+        cache[0].setdefault("tokens", []).append(token)  # keeps the tokens and reruns the model: no KV cache
+        return model(torch.cat(cache[0]["tokens"], dim=1))[0][:, -1]
+
+    def library_cache(model, token, cache):
+        from gpt_lesson.model import KVCache
+        kv = cache[0].setdefault("kv", KVCache.for_model(model, batch_size=token.size(0)))
+        return model(token, kv_cache=kv)[0][:, -1]
+
+    for fn in (whole_sequence, library_cache):
+        result = checks.check_decode_step(fn)
+        assert result.diagnosis == checks.CALLED_LIBRARY, result.message
+
+
+def test_decode_models_make_every_mistake_visible():
+    model = G._decode_model(70, 11, 12, 3, 2, 8)
+    tokens = torch.randint(0, 11, (2, 6), generator=torch.Generator().manual_seed(170))
+    expected = model(tokens)[0]
+    outputs = [("answer", expected)]
+    for v in G._decode_variants():
+        if len(v.bugs) == 1:
+            try:
+                outputs.append((v.bugs[0].label, v.compute(model, tokens)))
+            except IndexError:  # keys appended twice: positions run off the table (named from the error)
+                assert v.bugs[0].label == G.DECODE_APPENDED_TWICE
+    assert len(outputs) == 7
+    for (a, x), (b, y) in itertools.combinations(outputs, 2):
+        assert a == b or not close(x, y), (a, b)
+    assert close(G._run_steps(make_decode_step(), model, tokens), expected)
+
+
 def test_every_label_of_the_module_has_a_test():
     labels = {value for name, value in vars(G).items() if name.isupper() and isinstance(value, str)}
-    tested = {diagnosis for _, diagnosis in TOP_P_BUGS}
+    tested = {d for _, d in TOP_P_BUGS} | {d for _, d in TK_BUGS} | {d for _, d in DECODE_BUGS}
+    tested |= {G.DECODE_LATER_TOKEN_WRONG, G.DECODE_CACHE_LENGTH}  # tested on their own above
     assert labels - tested == set()

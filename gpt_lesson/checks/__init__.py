@@ -26,7 +26,8 @@ module                        checks                                            
                               ``check_load_source_weights``
 :mod:`.distributed`           ``check_effective_batch``, ``check_grad_accum_steps``,       12
                               ``check_allreduce_bytes``
-:mod:`.generation`            ``check_top_p``                                              10, 11
+:mod:`.generation`            ``check_temperature_top_k``, ``check_top_p``,                10, 11
+                              ``check_decode_step``
 :mod:`.bpe`                   ``check_bpe_merge``, ``check_bpe_encode``,                   13
                               ``check_gpt2_pre_split``
 :mod:`.runner`                the one runner: calls the learner's code, judges, reports
@@ -44,7 +45,7 @@ from .block import check_block, check_layer_norm
 from .bpe import check_bpe_encode, check_bpe_merge, check_gpt2_pre_split
 from .distributed import check_allreduce_bytes, check_effective_batch, check_grad_accum_steps
 from .feed_forward import check_feed_forward
-from .generation import check_top_p
+from .generation import check_decode_step, check_temperature_top_k, check_top_p
 from .gpt import check_gpt_forward, check_load_source_weights, check_parameter_count
 from .heads import check_merge_heads, check_split_heads
 from .tokens import check_embeddings, check_tokenizer
@@ -68,6 +69,6 @@ __all__ = [
     "check_layer_norm", "check_block",
     "check_gpt_forward", "check_parameter_count", "check_load_source_weights",
     "check_effective_batch", "check_grad_accum_steps", "check_allreduce_bytes",
-    "check_top_p",
+    "check_temperature_top_k", "check_top_p", "check_decode_step",
     "check_bpe_merge", "check_bpe_encode", "check_gpt2_pre_split",
 ]
