@@ -1,6 +1,6 @@
 """Small, seeded experiments that back the course's claims with numbers.
 
-Lessons 03, 04 and 11 and the explorers call these, so a claim such as "the
+Lessons 03, 04, 07, 08 and 11 and the explorers call these, so a claim such as "the
 variance of q.k grows with d_k" or "without the mask the model reads the answer"
 is computed the same way everywhere.
 """
@@ -14,9 +14,17 @@ import torch
 
 from .attention import apply_mask, attention_scores, attention_weights, padding_mask, weighted_sum
 from .data import CharTokenizer
-from .model import GPT, GPTConfig
+from .model import GPT, FeedForward, GPTConfig
 from .training import History, TrainConfig, train
-from .validation import check_choice, check_instance, check_int, check_number, check_positive_int, check_token_ids
+from .validation import (
+    check_bool,
+    check_choice,
+    check_instance,
+    check_int,
+    check_number,
+    check_positive_int,
+    check_token_ids,
+)
 
 __all__ = [
     "scale_factor",
@@ -28,6 +36,10 @@ __all__ = [
     "kv_cache_bytes",
     "encoder_decoder_cache_bytes",
     "train_small",
+    "gelu_second_moment",
+    "ffn_stack_gradients",
+    "scale_residual_projections",
+    "residual_stream_variance",
     "layernorm_placement_gradients",
     "default_dtype",
 ]
@@ -229,6 +241,184 @@ def train_small(
                       eval_interval=eval_interval, eval_iters=10, seed=seed, progress=False)
     hist = train(model, data[:n], data[n:], cfg)
     return model, tokenizer, hist
+
+
+# --- Lessons 07 and 08: residual stacks at initialisation -------------------------------------------
+
+FFN_STACK_INITS = ("default", "preserving")
+
+
+def _check_seeds(seeds: object) -> tuple[int, ...]:
+    check_instance("seeds", seeds, (tuple, list))
+    if not seeds:
+        raise ValueError(f"seeds={seeds!r} must hold at least one seed")
+    for i, seed in enumerate(seeds):  # type: ignore[arg-type]
+        check_int(f"seeds[{i}]", seed, minimum=0)
+    return tuple(seeds)  # type: ignore[arg-type]
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run a tiny experiment on one thread, then restore the caller's setting.
+
+    Its operations are far too small to share between threads: on a busy 2-core machine (load about 10)
+    two threads made lesson 08's four ``residual_stream_variance`` calls 8x slower than one (13.6 s
+    against 1.6 s).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def gelu_second_moment() -> float:
+    """``E[GELU(z)^2]`` for ``z ~ N(0, 1)``: 0.4252..., by the trapezoid rule on [-12, 12] in float64.
+
+    A Linear with weights ``N(0, 1/fan_in)`` keeps a unit variance; the GELU after it keeps only this
+    fraction of the second moment (ReLU keeps 1/2, the reason for He et al.'s gain sqrt(2)), so the next
+    Linear makes up for it with weights ``N(0, 1/(c * fan_in))``.
+    """
+    z = torch.linspace(-12.0, 12.0, 240_001, dtype=torch.float64)
+    density = torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    return float(torch.trapezoid(torch.nn.functional.gelu(z) ** 2 * density, z))
+
+
+def ffn_stack_gradients(
+    residual: bool,
+    init: str = "preserving",
+    *,
+    n_layer: int = 24,
+    n_embd: int = 64,
+    seeds: tuple[int, ...] = (0, 1, 2),
+) -> dict[str, list[float]]:
+    """A stack of ``n_layer`` :class:`~gpt_lesson.model.FeedForward` sublayers without LayerNorm, at initialisation.
+
+    Wired ``x = f(x)`` (``residual=False``) or ``x = x + f(x)`` (``residual=True``), with the same
+    weights, input (8 x 32 positions of unit variance) and random targets either way. Returns
+    ``"grad"``, the norm of each layer's first weight's gradient after one backward pass of an MSE loss,
+    and ``"variance"``, the variance of ``x`` after each layer; means over ``seeds``, in float64 (weights
+    drawn in float64 too, so the numbers are the same on every CPU).
+
+    ``init="default"`` keeps PyTorch's ``nn.Linear`` init, ``U(+-1/sqrt(fan_in))``: weights of variance
+    ``1/(3 fan_in)``, so each Linear divides the variance of its input by about 3. ``"preserving"`` draws
+    the first Linear from ``N(0, 1/fan_in)`` and the second from ``N(0, 1/(c fan_in))`` with
+    ``c = gelu_second_moment()``, biases 0: one sublayer then keeps a unit-variance input at about 1.
+    """
+    check_bool("residual", residual)
+    check_choice("init", init, FFN_STACK_INITS)
+    check_positive_int("n_layer", n_layer)
+    check_positive_int("n_embd", n_embd)
+    seeds = _check_seeds(seeds)
+    c = gelu_second_moment()
+    grads, variances = [0.0] * n_layer, [0.0] * n_layer
+    with _one_thread():
+        for seed in seeds:
+            _ffn_stack_run(residual, init, n_layer, n_embd, seed, c, grads, variances)
+    return {"grad": [v / len(seeds) for v in grads], "variance": [v / len(seeds) for v in variances]}
+
+
+def _ffn_stack_run(residual: bool, init: str, n_layer: int, n_embd: int, seed: int, c: float,
+                   grads: list[float], variances: list[float]) -> None:
+    """One seed of :func:`ffn_stack_gradients`, added into ``grads`` and ``variances``."""
+    torch.manual_seed(seed)
+    with default_dtype(torch.float64):
+        layers = torch.nn.ModuleList(FeedForward(n_embd, dropout=0.0) for _ in range(n_layer))
+        if init == "preserving":
+            for f in layers:
+                first, second = f.net[0], f.net[2]
+                torch.nn.init.normal_(first.weight, std=first.in_features ** -0.5)
+                torch.nn.init.normal_(second.weight, std=(c * second.in_features) ** -0.5)
+                torch.nn.init.zeros_(first.bias)
+                torch.nn.init.zeros_(second.bias)
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(8, 32, n_embd, generator=g, dtype=torch.float64)
+    target = torch.randn(8, 32, n_embd, generator=g, dtype=torch.float64)
+    for i, f in enumerate(layers):
+        x = x + f(x) if residual else f(x)
+        variances[i] += float(x.detach().var())
+    torch.nn.functional.mse_loss(x, target).backward()
+    for i, f in enumerate(layers):
+        grads[i] += float(f.net[0].weight.grad.norm())
+
+
+def scale_residual_projections(model: GPT) -> GPT:
+    """GPT-2's init rule for the weights that write into the residual stream, applied to ``model`` in place.
+
+    Every block adds to the stream twice, through attention's output projection ``sa.c_proj`` and the
+    FFN's second Linear ``ffwd.net[2]``; their weights are multiplied by ``1/sqrt(2 * n_layer)`` (Radford et
+    al., 2019, section 2.3: "scale the weights of residual layers at initialization by a factor of
+    1/sqrt(N) where N is the number of residual layers"; nanoGPT draws them from N(0, 0.02/sqrt(2 n_layer))).
+    The library's own init leaves them at N(0, 0.02). Returns ``model``.
+    """
+    check_instance("model", model, GPT)
+    factor = (2 * len(model.blocks)) ** -0.5
+    with torch.no_grad():
+        for block in model.blocks:
+            block.sa.c_proj.weight.mul_(factor)
+            block.ffwd.net[2].weight.mul_(factor)
+    return model
+
+
+def _stream_record(model: GPT, idx: torch.Tensor) -> list[float]:
+    """Variances in the order the forward pass makes them: the stream entering block 1, then per block
+    what attention adds, what the FFN adds, and the stream after the block."""
+    seen: list[float] = []
+    hooks = [model.blocks[0].ln1.register_forward_pre_hook(lambda _m, args: seen.append(float(args[0].var())))]
+    for block in model.blocks:
+        for part in (block.sa, block.ffwd, block):
+            hooks.append(part.register_forward_hook(lambda _m, _args, out: seen.append(float(out.var()))))
+    try:
+        with torch.no_grad():
+            model(idx)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def residual_stream_variance(
+    n_layer: int,
+    *,
+    scale_residual: bool = False,
+    n_embd: int = 64,
+    n_head: int = 4,
+    vocab_size: int = 65,
+    T: int = 32,
+    batch_size: int = 8,
+    seeds: tuple[int, ...] = (0, 1, 2),
+) -> dict[str, list[float]]:
+    """How the residual stream of a freshly initialised :class:`~gpt_lesson.GPT` grows with depth.
+
+    Returns ``"stream"``, the variance of the stream after the embeddings and after each block
+    (``n_layer + 1`` values), and ``"branches"``, the variance of what each sublayer adds to it
+    (attention, then FFN, of block 1, then of block 2, ...: ``2 * n_layer`` values); means over ``seeds``
+    of one forward pass on random tokens, in float64. The model has the library's init (weights
+    N(0, 0.02), biases 0); ``scale_residual=True`` applies :func:`scale_residual_projections` first.
+    Lessons 07 and 08 both call this.
+    """
+    check_positive_int("n_layer", n_layer)
+    check_bool("scale_residual", scale_residual)
+    check_positive_int("batch_size", batch_size)
+    seeds = _check_seeds(seeds)
+    stream, branches = [0.0] * (n_layer + 1), [0.0] * (2 * n_layer)
+    with _one_thread():
+        for seed in seeds:
+            torch.manual_seed(seed)
+            with default_dtype(torch.float64):
+                model = GPT(GPTConfig(vocab_size, n_embd, n_head, n_layer, T, dropout=0.0)).eval()
+            if scale_residual:
+                scale_residual_projections(model)
+            seen = _stream_record(model, torch.randint(vocab_size, (batch_size, T),
+                                                       generator=torch.Generator().manual_seed(seed + 1000)))
+            stream[0] += seen[0]
+            for i in range(n_layer):
+                attention, ffn, after = seen[1 + 3 * i: 4 + 3 * i]
+                branches[2 * i] += attention
+                branches[2 * i + 1] += ffn
+                stream[i + 1] += after
+    return {"stream": [v / len(seeds) for v in stream], "branches": [v / len(seeds) for v in branches]}
 
 
 def layernorm_placement_gradients(

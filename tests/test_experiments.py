@@ -139,3 +139,126 @@ def test_qkv_init_std_changes_only_c_attn():
 def test_qkv_init_std_rejects_bad_values(bad, error):
     with pytest.raises(error, match="qkv_init_std"):
         E.train_small(QKV_TEXT, qkv_init_std=bad, **QKV_SMALL)
+
+
+# --- Lessons 07 and 08: residual stacks at initialisation ------------------------------------------
+
+def test_gelu_second_moment_matches_a_sample():
+    c = E.gelu_second_moment()
+    z = torch.randn(2_000_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert abs(c - float((torch.nn.functional.gelu(z) ** 2).mean())) < 2e-3
+    assert 0.25 < c < 0.5  # between (z/2)^2 near 0 and ReLU's 1/2
+
+
+def test_default_init_makes_the_plain_stack_vanish_not_the_residual_one():
+    plain = E.ffn_stack_gradients(False, "default", seeds=(0,))
+    residual = E.ffn_stack_gradients(True, "default", seeds=(0,))
+    assert plain["variance"][0] < 0.1  # one default sublayer: variance 1 -> about 0.04
+    assert plain["grad"][0] < 1e-15 * plain["grad"][-1]
+    assert residual["grad"][0] > 0.5 * residual["grad"][-1]  # the identity path carries it
+
+
+def test_variance_preserving_init_keeps_the_plain_stack_alive():
+    plain = E.ffn_stack_gradients(False, "preserving")
+    assert all(0.5 < v < 2.0 for v in plain["variance"])
+    assert 0.5 < plain["grad"][0] / plain["grad"][-1] < 5  # no vanishing gradient at layer 1
+    one = E.ffn_stack_gradients(False, "preserving", n_layer=1, seeds=(0, 1, 2, 3, 4))
+    assert abs(one["variance"][0] - 1) < 0.1  # one sublayer keeps a unit variance
+
+
+def test_residual_stack_of_preserving_sublayers_doubles_its_variance_per_layer():
+    residual = E.ffn_stack_gradients(True, "preserving", n_layer=12, seeds=(0,))
+    v = residual["variance"]
+    growth = (v[-1] / v[0]) ** (1 / 11)
+    assert 1.8 < growth < 2.5 and v[-1] > 1e3
+    assert len(residual["grad"]) == 12 and all(g > 0 for g in residual["grad"])
+
+
+def test_the_stack_is_the_same_for_the_same_seed_and_wiring_is_all_that_differs():
+    a = E.ffn_stack_gradients(False, "preserving", n_layer=3, seeds=(5,))
+    b = E.ffn_stack_gradients(False, "preserving", n_layer=3, seeds=(5,))
+    c = E.ffn_stack_gradients(True, "preserving", n_layer=3, seeds=(5,))
+    assert a == b and a["variance"][0] != c["variance"][0]
+    # the first layer reads the same input either way: only its output differs by x itself
+    assert abs(c["variance"][0] - (a["variance"][0] + 1)) < 0.2
+
+
+def test_scale_residual_projections_scales_exactly_the_two_projections():
+    torch.manual_seed(0)
+    model = GPT(20, 16, 2, 3, 8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert E.scale_residual_projections(model) is model
+    for key, value in model.state_dict().items():
+        scaled = key.endswith(("sa.c_proj.weight", "ffwd.net.2.weight"))
+        expected = before[key] * 6 ** -0.5 if scaled else before[key]
+        assert torch.allclose(value, expected, rtol=0, atol=1e-7), key
+    assert sum(k.endswith(("sa.c_proj.weight", "ffwd.net.2.weight")) for k in before) == 6
+
+
+def test_residual_stream_variance_grows_with_depth_and_gpt2_scaling_keeps_it_flat():
+    ratios = {}
+    for n_layer in (2, 8):
+        for scale in (False, True):
+            run = E.residual_stream_variance(n_layer, scale_residual=scale, seeds=(0, 1))
+            stream, branches = run["stream"], run["branches"]
+            assert len(stream) == n_layer + 1 and len(branches) == 2 * n_layer
+            # the stream is the embeddings plus what the 2 * n_layer branches added, nearly uncorrelated
+            assert abs(stream[0] + sum(branches) - stream[-1]) < 0.1 * stream[-1]
+            ratios[n_layer, scale] = stream[-1] / stream[0]
+    assert 3 < ratios[8, False] / ratios[2, False] < 4.5  # 4 times the depth: about 4 times the growth
+    assert abs(ratios[8, True] / ratios[2, True] - 1) < 0.1  # GPT-2's factor: the same at both depths
+    assert ratios[8, True] < ratios[8, False] / 5
+
+
+def test_residual_stream_variance_matches_the_model_output_without_hooks_left():
+    torch.manual_seed(0)
+    run = E.residual_stream_variance(2, seeds=(0,))
+    torch.manual_seed(0)
+    with E.default_dtype(torch.float64):
+        model = GPT(65, 64, 4, 2, 32, dropout=0.0).eval()
+    idx = torch.randint(65, (8, 32), generator=torch.Generator().manual_seed(1000))
+    with torch.no_grad():
+        x = model.token_embedding_table(idx) + model.position_embedding_table(torch.arange(32))
+        assert math.isclose(float(x.var()), run["stream"][0], rel_tol=1e-12)
+        x = model.blocks(x)
+        assert math.isclose(float(x.var()), run["stream"][-1], rel_tol=1e-12)
+    assert all(not b._forward_hooks and not b._forward_pre_hooks for b in model.modules())
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: E.ffn_stack_gradients(1), TypeError, "residual=1 must be True or False, got int"),
+    (lambda: E.ffn_stack_gradients(True, "kaiming"), ValueError, r"init='kaiming' is not one of \('default', 'preserving'\)"),
+    (lambda: E.ffn_stack_gradients(True, n_layer=0), ValueError, "n_layer=0 must be a positive integer"),
+    (lambda: E.ffn_stack_gradients(True, seeds=()), ValueError, r"seeds=\(\) must hold at least one seed"),
+    (lambda: E.ffn_stack_gradients(True, seeds=3), TypeError, "seeds must be a tuple or list, got int"),
+    (lambda: E.ffn_stack_gradients(True, seeds=[0, -1]), ValueError, r"seeds\[1\]=-1 must be >= 0"),
+    (lambda: E.residual_stream_variance(0), ValueError, "n_layer=0 must be a positive integer"),
+    (lambda: E.residual_stream_variance(2, scale_residual="yes"), TypeError,
+     "scale_residual='yes' must be True or False, got str"),
+    (lambda: E.residual_stream_variance(2, batch_size=0), ValueError, "batch_size=0 must be a positive integer"),
+    (lambda: E.residual_stream_variance(2, seeds=(0.5,)), TypeError, r"seeds\[0\]=0.5 must be an integer"),
+    (lambda: E.scale_residual_projections("model"), TypeError, "model must be a GPT, got str"),
+])
+def test_residual_experiment_arguments_are_named(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_residual_experiments_run_on_one_thread_and_restore_the_setting(monkeypatch):
+    threads = torch.get_num_threads()
+    seen = []
+    for name in ("_stream_record", "_ffn_stack_run"):
+        original = getattr(E, name)
+
+        def spy(*args, _original=original):
+            seen.append(torch.get_num_threads())
+            return _original(*args)
+
+        monkeypatch.setattr(E, name, spy)
+    try:
+        torch.set_num_threads(2)
+        E.residual_stream_variance(1, seeds=(0,))
+        E.ffn_stack_gradients(True, n_layer=2, seeds=(0, 1))
+        assert seen == [1, 1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
