@@ -9,6 +9,7 @@ import copy
 import inspect
 import io
 import multiprocessing as mp
+import os
 import queue
 import socket
 import sys
@@ -213,7 +214,10 @@ def _calls_watch(calls: list[dict], model: nn.Module):
 
 def _rank_main(rank: int, port: int, fn: Callable, cases: list[_AverageCase], results) -> None:  # noqa: ANN001
     """One rank: for each case, DDP's gradient, the local one, and the one the learner's fn leaves."""
-    sys.stdout = sys.stderr = io.StringIO()  # the learner's prints must not reach the notebook's streams
+    sys.stdout = sys.stderr = io.StringIO()  # the learner's prints must not reach the notebook's streams,
+    quiet = os.open(os.devnull, os.O_WRONLY)  # nor gloo's C++ warnings (a kernel may forward fd 1 and 2)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
     torch.set_num_threads(1)
     out: list[dict] = []
     try:
