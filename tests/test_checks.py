@@ -1564,6 +1564,9 @@ def test_every_label_has_a_test():
     covered = (verdicts, tokens, attention, heads, feed_forward, block, gpt, distributed)
     labels = {value for module in covered for name, value in vars(module).items()
               if name.isupper() and not name.startswith("_") and isinstance(value, str)}
+    # lesson 12's all_reduce check forks processes: its labels are tested in tests/test_ddp.py
+    tested |= {checks.NEVER_REDUCED, checks.SUMMED_NOT_AVERAGED, checks.DIVIDED_TWICE_BY_WORLD, checks.REDUCED_WEIGHTS,
+               checks.REDUCED_A_COPY, checks.SOME_PARAMETERS, checks.RANKS_HUNG, checks.NO_PROCESSES}
     assert labels - tested == set()
 
 

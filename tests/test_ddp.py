@@ -17,7 +17,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpt_lesson import distributed, train_ddp
+from gpt_lesson import checks, distributed, train_ddp
+from gpt_lesson.checks import distributed as dist_checks
+from gpt_lesson.checks.verdicts import CALLED_LIBRARY, NOT_ATTEMPTED, RAISED
 from gpt_lesson.model import GPT
 from gpt_lesson.training import TrainConfig, load_checkpoint, train
 
@@ -315,3 +317,163 @@ def test_output_files_respect_the_umask(text_file, tmp_path):
 def test_timed_steps_leaves_out_warmup_and_evaluation():
     assert train_ddp.timed_steps([9.0, 0.1, 0.2, 5.0], [0, 4]) == [0.1, 0.2]
     assert train_ddp.timed_steps([9.0, 5.0], [0, 1, 2]) == []
+
+
+# --- lesson 12's exercise: averaging the gradients by hand in two forked gloo processes ------------
+# Each check forks two ranks (about 1-10 s on a busy 2-core machine): the right answers and the most
+# common bugs run in the quick tests, the rest are marked slow.
+
+def average_sum_then_divide(model):
+    world = dist.get_world_size()
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        p.grad /= world
+
+
+def average_with_avg_op(model):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad.data, op=dist.ReduceOp.AVG)
+
+
+def average_one_flat_buffer(model):
+    params = [p for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    offset = 0
+    for p in params:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+        offset += p.numel()
+
+
+def average_async_handles(model):
+    handles = [dist.all_reduce(p.grad, async_op=True) for p in model.parameters()]
+    for h in handles:
+        h.wait()
+    for p in model.parameters():
+        p.grad.div_(dist.get_world_size())
+
+
+@pytest.mark.parametrize("fn", [average_sum_then_divide, average_with_avg_op, average_one_flat_buffer,
+                                average_async_handles], ids=lambda f: f.__name__)
+def test_hand_averaged_gradients_in_every_style_pass(fn):
+    result = checks.check_allreduce_average(fn)
+    assert result.passed, result.message
+
+
+def test_hand_averaged_gradients_pass_the_hidden_case():
+    assert checks.check_allreduce_average(average_sum_then_divide, hidden=True).passed
+
+
+def average_summed(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def average_divided_twice(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        p.grad /= dist.get_world_size()
+
+
+def average_a_copy(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad / dist.get_world_size())
+
+
+def average_the_weights(model):
+    for p in model.parameters():
+        dist.all_reduce(p.data)
+        p.data /= dist.get_world_size()
+
+
+def average_first_only(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        return
+
+
+def average_nothing(model):
+    for p in model.parameters():
+        p.grad.mul_(1.0)
+
+
+def average_weird(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.MAX)
+
+
+AVERAGE_BUGS = [
+    (average_summed, dist_checks.SUMMED_NOT_AVERAGED, "2 times DDP's"),
+    (average_divided_twice, dist_checks.DIVIDED_TWICE_BY_WORLD, "half of DDP's"),
+    (average_a_copy, dist_checks.REDUCED_A_COPY, "works in place"),
+    (average_the_weights, dist_checks.REDUCED_WEIGHTS, "not the gradients"),
+    (average_first_only, dist_checks.SOME_PARAMETERS, "only 1 of the 26 parameters"),
+    (average_nothing, dist_checks.NEVER_REDUCED, "never called torch.distributed.all_reduce"),
+    (average_weird, "wrong values", "expected (DDP's gradient)"),
+]
+QUICK = {dist_checks.SUMMED_NOT_AVERAGED, dist_checks.REDUCED_A_COPY}
+
+
+@pytest.mark.parametrize("fn, label, fragment", [
+    pytest.param(*bug, marks=() if bug[1] in QUICK else pytest.mark.slow) for bug in AVERAGE_BUGS],
+    ids=[bug[0].__name__ for bug in AVERAGE_BUGS])
+def test_hand_averaging_bugs_are_named(fn, label, fragment):
+    result = checks.check_allreduce_average(fn)
+    assert not result.passed and result.attempted and result.diagnosis == label, result.message
+    assert fragment in result.message
+
+
+def test_hand_averaging_stub_is_not_attempted():
+    def stub(model):
+        raise NotImplementedError
+    result = checks.check_allreduce_average(stub)
+    assert not result.attempted and result.diagnosis == NOT_ATTEMPTED
+
+
+@pytest.mark.slow
+def test_hand_averaging_crash_and_library_call_are_reported():
+    def crashes(model):
+        return 1 / 0
+
+    def wraps_ddp(model):
+        torch.nn.parallel.DistributedDataParallel(model)
+
+    result = checks.check_allreduce_average(crashes)
+    assert result.diagnosis == RAISED and "ZeroDivisionError: division by zero" in result.message
+    assert "On rank 0" in result.message
+    assert checks.check_allreduce_average(wraps_ddp).diagnosis == CALLED_LIBRARY
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_joins_is_named_not_waited_for(monkeypatch):
+    monkeypatch.setattr(dist_checks, "_SECONDS", 3)  # gloo's timeout in the ranks, and the parent's deadline
+
+    def rank0_only(model):
+        if dist.get_rank() == 0:
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+
+    def spins(model):
+        while True:
+            pass
+
+    result = checks.check_allreduce_average(rank0_only)
+    assert result.diagnosis == dist_checks.RANKS_HUNG and "no `if rank == 0:`" in result.message
+    result = checks.check_allreduce_average(spins)
+    assert result.diagnosis == dist_checks.RANKS_HUNG and "did not finish" in result.message
+
+
+def test_without_fork_the_check_says_why(monkeypatch):
+    monkeypatch.setattr(dist_checks.mp, "get_all_start_methods", lambda: ["spawn"])
+    result = checks.check_allreduce_average(average_sum_then_divide)
+    assert result.diagnosis == dist_checks.NO_PROCESSES and "Windows" in result.message
+
+
+def test_hand_averaging_leaves_no_process_group_and_no_child_behind():
+    import multiprocessing
+
+    assert checks.check_allreduce_average(average_sum_then_divide).passed
+    assert not dist.is_initialized()
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]
