@@ -26,6 +26,8 @@ module                        checks                                            
                               ``check_load_source_weights``
 :mod:`.distributed`           ``check_effective_batch``, ``check_grad_accum_steps``,       12
                               ``check_allreduce_bytes``
+:mod:`.serving`               ``check_locate``, ``check_grow_table``,                      15
+                              ``check_free_sequence_blocks``
 :mod:`.runner`                the one runner: calls the learner's code, judges, reports
 :mod:`.verdicts`              ``CheckResult``, the labels and messages every check shares
 ============================  ==========================================================  =========
@@ -42,6 +44,7 @@ from .distributed import check_allreduce_bytes, check_effective_batch, check_gra
 from .feed_forward import check_feed_forward
 from .gpt import check_gpt_forward, check_load_source_weights, check_parameter_count
 from .heads import check_merge_heads, check_split_heads
+from .serving import check_free_sequence_blocks, check_grow_table, check_locate
 from .tokens import check_embeddings, check_tokenizer
 from .verdicts import CheckResult
 
@@ -63,4 +66,5 @@ __all__ = [
     "check_layer_norm", "check_block",
     "check_gpt_forward", "check_parameter_count", "check_load_source_weights",
     "check_effective_batch", "check_grad_accum_steps", "check_allreduce_bytes",
+    "check_locate", "check_grow_table", "check_free_sequence_blocks",
 ]
