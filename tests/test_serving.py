@@ -37,6 +37,8 @@ from gpt_lesson.serving import (
     plot_timeline,
     positions_needed,
     serve,
+    time_decode_step,
+    time_prefill_and_decode,
 )
 
 VOCAB = 23
@@ -568,6 +570,30 @@ def test_attn_scale_of_the_model_is_used():
     model = random_model(9, attn_scale=1.0)
     r = Request(0, [1, 5, 7, 2], 10)
     assert serve(model, [r], num_blocks=8, tokens_per_block=4)[0][0].tokens == alone(model, r)
+
+
+# ------------------------------------------------------------------------------ timing
+def test_timing_prefill_decode_and_a_decode_step():
+    model = random_model(11, torch.float32).train()
+    threads = torch.get_num_threads()
+    t = time_prefill_and_decode(model, list(range(12)), repeat=2)
+    assert t.tokens == 12 and t.prefill_seconds > 0 and t.decode_seconds > 0
+    assert t.ratio == t.decode_seconds / t.prefill_seconds
+    assert time_decode_step(model, batch_size=3, context=10, steps=2, repeat=2) > 0
+    assert model.training and torch.get_num_threads() == threads
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m: time_prefill_and_decode(m, [1] * 25), ValueError, "the prompt has 25 tokens; it needs 1 to block_size=24"),
+    (lambda m: time_prefill_and_decode(m, []), ValueError, "the prompt has 0 tokens"),
+    (lambda m: time_prefill_and_decode(m, [23]), ValueError, r"prompt token=23 must be a token id in \[0, vocab_size=23\)"),
+    (lambda m: time_prefill_and_decode(m, [1], repeat=0), ValueError, "repeat=0 must be a positive integer"),
+    (lambda m: time_decode_step(m, 2, context=22, steps=4), ValueError, "context=22 \\+ steps=4 positions do not fit"),
+    (lambda m: time_decode_step(m, 0, context=2), ValueError, "batch_size=0 must be a positive integer"),
+])
+def test_timing_errors(call, error, message):
+    with pytest.raises(error, match=message):
+        call(random_model(12))
 
 
 # ------------------------------------------------------------------------------ pictures

@@ -8,9 +8,10 @@ Lesson 15 builds it on top of the course's :class:`~gpt_lesson.model.GPT`, witho
   each attending to its own keys through its block table, no padding;
 * :mod:`.scheduler`: requests arrive, join the running batch when the pool has room, leave when done
   (Orca's iteration-level scheduling, Yu et al., 2022), or static batching for comparison;
+* :mod:`.timing`: prefill against decode, and a decode step against the batch size, timed;
 * :mod:`.views`: the block tables and the pool drawn with matplotlib, and a run's timeline.
 """
-from .batched_forward import StepBatch, make_batch, paged_attention, paged_forward
+from .batched_forward import StepBatch, inference_settings, make_batch, paged_attention, paged_forward
 from .paged_cache import (
     CacheSnapshot,
     PagedKVCache,
@@ -22,11 +23,12 @@ from .paged_cache import (
     locate,
 )
 from .scheduler import POLICIES, Finished, Request, Scheduler, StepRecord, positions_needed, serve
+from .timing import PrefillDecode, time_decode_step, time_prefill_and_decode
 from .views import plot_block_tables, plot_timeline
 
 __all__ = [
     "PagedKVCache", "CacheSnapshot", "PoolFullError", "blocks_for", "bytes_per_position", "locate", "grow_table",
-    "free_sequence_blocks", "StepBatch", "make_batch", "paged_attention", "paged_forward",
+    "free_sequence_blocks", "StepBatch", "make_batch", "paged_attention", "paged_forward", "inference_settings",
     "Request", "Finished", "StepRecord", "Scheduler", "POLICIES", "serve", "positions_needed",
-    "plot_block_tables", "plot_timeline",
+    "PrefillDecode", "time_prefill_and_decode", "time_decode_step", "plot_block_tables", "plot_timeline",
 ]

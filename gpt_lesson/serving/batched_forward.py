@@ -15,7 +15,8 @@ entries. A key of another sequence, an empty slot or a future position is never 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +24,7 @@ import torch
 from .. import validation
 from .paged_cache import PagedKVCache, PoolFullError, blocks_for
 
-__all__ = ["StepBatch", "make_batch", "paged_attention", "paged_forward", "check_servable"]
+__all__ = ["StepBatch", "make_batch", "paged_attention", "paged_forward", "check_servable", "inference_settings"]
 
 
 @dataclass
@@ -100,11 +101,11 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, key_slots: torch.Te
     scores = torch.linalg.vecdot((q * scale).index_select(0, key_rows), k)  # (P, nh): a score per (query, key) pair
     # Softmax over each query's own keys: subtract its largest score (as F.softmax does), exponentiate, normalise.
     rows = key_rows[:, None].expand(-1, nh)
-    top = scores.new_full((N, nh), float("-inf")).scatter_reduce_(0, rows, scores, "amax")
-    e = (scores - top.index_select(0, key_rows)).exp()
+    top = scores.new_empty((N, nh)).scatter_reduce_(0, rows, scores, "amax", include_self=False)  # every row has keys
+    e = scores.sub_(top.index_select(0, key_rows)).exp_()  # in place: the scores are not needed again
     total = scores.new_zeros(N, nh).index_add_(0, key_rows, e)  # (N, nh)
     out = q.new_zeros(N, nh, hs).index_add_(0, key_rows, e.unsqueeze(-1) * v)  # weighted sum of each query's values
-    return out / total.unsqueeze(-1)
+    return out.div_(total.unsqueeze(-1))
 
 
 def check_servable(model: torch.nn.Module) -> None:
@@ -125,12 +126,32 @@ def _scale(model: torch.nn.Module, head_size: int) -> float:
     return head_size ** -0.5 if scale is None else float(scale)
 
 
+@contextmanager
+def inference_settings(model: torch.nn.Module) -> Iterator[None]:
+    """Eval mode, inference mode, one thread and PyTorch's own kernels (as ``generate`` decodes), restored after.
+
+    A step's operators are small: a second thread costs more to wake than it saves, and oneDNN's set-up per
+    call (about 10 us for a GELU) is more than the work of a few rows.
+    """
+    was_training, threads, onednn = model.training, torch.get_num_threads(), torch.backends.mkldnn.enabled
+    model.eval()
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+        torch.set_num_threads(threads)
+        torch.backends.mkldnn.enabled = onednn
+
+
 def paged_forward(model: torch.nn.Module, cache: PagedKVCache, batch: StepBatch) -> torch.Tensor:
     """Run one step: write the new tokens' keys and values into the pool, return each sequence's next-token logits.
 
     The steps of the model's forward, on the N rows of ``batch`` (B=1, T=N, with positions of their own).
     Returns (S, vocab_size) logits, one row per sequence of the batch (its last new token's). Run it in
-    eval mode and under ``torch.inference_mode()``, as :class:`~gpt_lesson.serving.Scheduler` does.
+    eval mode and under ``torch.inference_mode()`` (:func:`inference_settings`), as the scheduler does.
     """
     N = batch.tokens.numel()
     C = model.config.n_embd

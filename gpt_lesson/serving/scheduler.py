@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from .. import validation
-from .batched_forward import check_servable, make_batch, paged_forward
+from .batched_forward import check_servable, inference_settings, make_batch, paged_forward
 from .paged_cache import CacheSnapshot, PagedKVCache, blocks_for
 
 __all__ = ["Request", "Finished", "StepRecord", "Scheduler", "POLICIES", "serve", "positions_needed"]
@@ -120,26 +119,6 @@ class _Running:
     admitted_step: int
     arrival_time: float
     tokens: list[int] = field(default_factory=list)
-
-
-@contextmanager
-def _inference(model: torch.nn.Module) -> Iterator[None]:
-    """Eval mode, inference mode, one thread and PyTorch's own kernels (as ``generate`` decodes), restored after.
-
-    A step's operators are small: a second thread costs more to wake than it saves, and oneDNN's set-up per
-    call (about 10 us for a GELU) is more than the work of a few rows.
-    """
-    was_training, threads, onednn = model.training, torch.get_num_threads(), torch.backends.mkldnn.enabled
-    model.eval()
-    torch.set_num_threads(1)
-    torch.backends.mkldnn.enabled = False
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        model.train(was_training)
-        torch.set_num_threads(threads)
-        torch.backends.mkldnn.enabled = onednn
 
 
 class Scheduler:
@@ -258,7 +237,7 @@ class Scheduler:
         """One iteration: arrivals, admissions, one forward of every running sequence, departures."""
         if self.done:
             raise ValueError("there is nothing to run: every submitted request has finished; submit more first")
-        with _inference(self.model):
+        with inference_settings(self.model):
             return self._step()
 
     def _step(self) -> StepRecord:
@@ -294,7 +273,7 @@ class Scheduler:
 
     def run(self) -> dict[Hashable, Finished]:
         """Step until every submitted request has finished; return them by id, in the order they finished."""
-        with _inference(self.model):
+        with inference_settings(self.model):
             while not self.done:
                 self._step()
         return dict(self.finished)

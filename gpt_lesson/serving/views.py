@@ -95,8 +95,9 @@ def plot_block_tables(cache: PagedKVCache | CacheSnapshot, names: Mapping[Hashab
     bottom.set_yticks([])
     bottom.set_xlabel("physical block of the pool")
     used, held = sum(snap.lengths.values()), tpb * len(owner)
+    free = len(snap.free_blocks)
     bottom.set_title(f"the pool: {len(owner)} of {snap.num_blocks} blocks held, {used} of {held} held positions "
-                     f"used, {len(snap.free_blocks)} blocks free", fontsize=10)
+                     f"used, {free} block{'' if free == 1 else 's'} free", fontsize=10)
     for side in ("top", "right", "left"):
         bottom.spines[side].set_visible(False)
     bottom.figure.legend(handles=[Patch(facecolor="0.5", label="key and value stored"),
@@ -125,5 +126,5 @@ def plot_timeline(finished: Mapping[Hashable, Finished], ax: plt.Axes | None = N
     ax.set_ylabel("request")
     ax.set_title(title or "requests over time", fontsize=10)
     ax.legend(handles=[Patch(color="#56B4E9", alpha=0.35, label="waiting"), Patch(color="#0072B2", label="running")],
-              loc="lower right", fontsize=8)
+              loc="upper right", fontsize=8)  # early requests end early: the top right stays empty
     return ax
