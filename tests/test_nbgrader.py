@@ -394,3 +394,66 @@ def test_feedback_screenshot(graded):
         page.wait_for_timeout(300)
         page.screenshot(path=str(ARTIFACTS / "feedback.png"))
     assert (ARTIFACTS / "feedback.png").stat().st_size > 20_000
+
+
+# ---------------------------------------------------------------------------------------------------
+# Issue 28 item 5: the tool never removes anything outside the folder it owns
+
+
+def _tiny_lesson_file(folder: Path, name: str) -> Path:
+    nb = _lesson(new_markdown_cell("### Your turn 1: scores"), new_code_cell("def f(q, k):\n    raise NotImplementedError"),
+                 new_code_cell("check_attention_scores(f)"), new_markdown_cell(SOLUTION))
+    path = folder / name
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.parametrize("name", ["...ipynb", "..ipynb", ".ipynb", ". .ipynb", " 02_x.ipynb", "02 x.ipynb",
+                                  "-rf.ipynb", "02_x.v2.ipynb"])
+def test_notebook_names_that_are_not_plain_lesson_names_are_refused(tmp_path, name):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    course = tmp_path / "course"
+    keep = [course / "gradebook.db", course / "source" / "01_other" / "01_other.ipynb", tmp_path / "precious.txt"]
+    for path in keep:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("keep me")
+    path = nbs / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _tiny_lesson_file(path.parent, path.name)
+    with pytest.raises(ValueError, match="not a plain lesson name"):
+        build_course([path], course)
+    assert all(p.read_text() == "keep me" for p in keep)  # nothing outside the assignment's own folder went
+
+
+def test_an_assignment_folder_that_resolves_outside_the_course_is_never_removed(tmp_path):
+    """A symlinked source/<lesson> pointing elsewhere: the tool refuses instead of emptying the target."""
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    lesson = _tiny_lesson_file(nbs, "02_tiny.ipynb")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("keep me")
+    course = tmp_path / "course"
+    (course / "source").mkdir(parents=True)
+    (course / "source" / "02_tiny").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ValueError, match="outside"):
+        build_course([lesson], course)
+    assert (elsewhere / "precious.txt").read_text() == "keep me"
+
+
+def test_rebuilding_replaces_only_the_assignments_own_folder(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    lesson = _tiny_lesson_file(nbs, "02_tiny.ipynb")
+    course = tmp_path / "course"
+    build_course([lesson], course)
+    stale = course / "source" / "02_tiny" / "stale.txt"
+    stale.write_text("old build")
+    neighbour = course / "source" / "03_other" / "03_other.ipynb"
+    neighbour.parent.mkdir()
+    neighbour.write_text("keep me")
+    (course / "gradebook.db").write_text("keep me")
+    build_course([lesson], course)
+    assert not stale.exists() and (course / "source" / "02_tiny" / "02_tiny.ipynb").is_file()
+    assert neighbour.read_text() == "keep me" and (course / "gradebook.db").read_text() == "keep me"

@@ -46,7 +46,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell
 from tools.exercises import Exercise, cell_text, find_exercises, without_magics
 from tools.slides import _details_blocks, answer_kind, find_notebooks, select_notebooks, strip_solutions
 
-__all__ = ["AssignmentSummary", "assignment_notebook", "build_course", "build_parser", "main", "check_source",
+__all__ = ["AssignmentSummary", "assignment_notebook", "build_course", "build_parser", "main", "check_source", "lesson_name",
            "NBGRADER_CONFIG", "QUESTION_RE"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +55,9 @@ QUESTION_RE = re.compile(r"^##\s+(Q\d+)\b[^\n]*", re.M)
 _FIGURE_RE = re.compile(r"\.\./figures/([\w.-]+\.(?:png|jpg|jpeg|gif|svg))")
 _MODEL_ANSWER_KINDS = ("Model answer", "参考答案", "Sample answer")
 _TEXT_STUB = "YOUR ANSWER HERE"
+# An assignment is named after its lesson file: letters, digits, "_" and "-", starting with a letter or digit.
+# Anything else ("..", ".", a leading "-", spaces, dots) is refused before a folder is touched.
+_LESSON_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 # The course folder's configuration. The solution region is replaced by nothing: the answer cell keeps the
 # lesson's stub, which stands above the region. Autograding runs whole lessons: 10 minutes per cell at most.
@@ -292,6 +295,27 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
     return out, graded
 
 
+def lesson_name(path: Path) -> str:
+    """The assignment name of the notebook at ``path`` (its stem), refused unless it is a plain lesson name."""
+    name = Path(path).name
+    stem = name[:-len(".ipynb")] if name.endswith(".ipynb") else Path(path).stem
+    if not _LESSON_NAME_RE.fullmatch(stem):
+        raise ValueError(f"{name!r} is not a plain lesson name: an assignment is named after its notebook, whose "
+                         "name must be letters, digits, '_' or '-' (starting with a letter or digit), like "
+                         "02_attention.ipynb")
+    return stem
+
+
+def _owned_folder(root: Path, name: str) -> Path:
+    """``root/name``, refused unless its resolved path lies strictly inside the resolved ``root``."""
+    folder = root / name
+    inside, resolved = root.resolve(), folder.resolve()
+    if resolved == inside or inside not in resolved.parents:
+        raise ValueError(f"{folder} resolves to {resolved}, outside {inside}: the tool only replaces folders "
+                         "inside the course's source/ folder, so it leaves this one alone")
+    return folder
+
+
 def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str = "gpt-lesson",
                  points_per_check: int = 2, points_per_question: int = 4) -> list[AssignmentSummary]:
     """Write ``out_dir/nbgrader_config.py`` and ``out_dir/source/<lesson>/<lesson>.ipynb`` for each lesson
@@ -299,18 +323,23 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
     out = Path(out_dir)
     if not re.fullmatch(r"[\w.-]+", course_id):
         raise ValueError(f"course_id must be letters, digits, '_', '-' or '.', got {course_id!r}")
+    names = {path: lesson_name(path) for path in notebooks}  # every name is checked before anything is written
     summaries = []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         if not find_exercises(nb):
             continue
-        name = path.stem
+        name = names[path]
         source, graded = assignment_notebook(nb, name, points_per_check=points_per_check,
                                              points_per_question=points_per_question)
-        folder = out / "source" / name
+        (out / "source").mkdir(parents=True, exist_ok=True)
+        folder = _owned_folder(out / "source", name)
+        if folder.is_symlink():
+            raise ValueError(f"{folder} is a symbolic link (to {folder.resolve()}): the tool replaces only folders "
+                             "it made, so it leaves this one alone")
         if folder.exists():
             shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.mkdir()
         figures = sorted({m.group(1) for c in source.cells if c.cell_type == "markdown"
                           for m in re.finditer(r"\bfigures/([\w.-]+)", c.source)})
         for fig in figures:
