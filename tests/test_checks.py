@@ -1945,3 +1945,12 @@ def test_in_a_jupyter_kernel_a_hanging_solution_is_stopped_and_prints_reach_the_
     assert "did not return within 1 s" in text[1] and f"diagnosis: {checks.TIMED_OUT}" in text[1]
     assert "inside the learner function" in text[2] and "passed: True" in text[2]
     nbformat.validate(nb)
+
+
+def test_a_generator_argument_gives_the_same_draws_on_both_calls():
+    from gpt_lesson.checks.runner import call
+
+    g = torch.Generator().manual_seed(3)
+    first = call(lambda gen: torch.rand(3, generator=gen), (g,)).value
+    second = call(lambda gen: torch.rand(3, generator=gen), (g,)).value
+    assert torch.equal(first, second) and torch.equal(first, torch.rand(3, generator=torch.Generator().manual_seed(3)))

@@ -470,13 +470,18 @@ def _in_own_thread(target: Callable[[], Any], timeout: float) -> tuple[str, Any]
 
 
 def clone_args(args: tuple) -> tuple:
-    """Fresh copies of the arguments: tensors cloned, modules deep-copied, lists/tuples/dicts of them copied."""
+    """Fresh copies of the arguments: tensors cloned, modules deep-copied, generators copied with their state,
+    lists/tuples/dicts of them copied."""
     return tuple(_copy(a) for a in args)
 
 
 def _copy(a: object) -> object:
     if isinstance(a, torch.Tensor):
         return a.clone()
+    if isinstance(a, torch.Generator):  # the same draws on every call: sampling with it is reproducible
+        twin = torch.Generator(device=a.device)
+        twin.set_state(a.get_state())
+        return twin
     if isinstance(a, nn.Module):
         return copy.deepcopy(a)
     if isinstance(a, (list, tuple)) and any(isinstance(x, (torch.Tensor, nn.Module, list, tuple, dict)) for x in a):
@@ -815,8 +820,13 @@ def resolve(value: Any) -> Any:
 
 
 def judge_tensor(verdict: Verdict, out: object, case: Case, where: str,
-                 diagnose: Diagnose | None = None, outcome: Outcome | None = None) -> CheckResult | None:
-    """The verdict on one tensor answer; None when it equals the reference."""
+                 diagnose: Diagnose | None = None, outcome: Outcome | None = None,
+                 recorded: Callable[[], Sequence[torch.Tensor]] | None = None) -> CheckResult | None:
+    """The verdict on one tensor answer; None when it equals the reference.
+
+    ``recorded()`` gives the learner's intermediate results (the call run again with ``record=True``), asked
+    for only when the answer is wrong and no variant explains it.
+    """
     case.expected = resolve(case.expected)
     problem = tensor_kind_problem(out, tuple(case.expected.shape))
     if problem is not None:
@@ -847,7 +857,9 @@ def judge_tensor(verdict: Verdict, out: object, case: Case, where: str,
         return verdict.failed(NON_FINITE, where + expected_got(case.expected, out) + say(MESSAGES["non_finite"]))
     diff = (out.double() - case.expected.double()).abs().max().item()
     steps = resolve(getattr(case, "steps", ()))
-    pointer = first_differing_step(steps, outcome.recorded, case.expected) if outcome is not None and steps else None
+    intermediates = outcome.recorded if outcome is not None and outcome.recorded else (
+        recorded() if recorded is not None and steps else ())
+    pointer = first_differing_step(steps, intermediates, case.expected) if steps else None
     if pointer is not None:
         return verdict.failed(STEP_DIFFERS, where + pointer + "\n" + expected_got(case.expected, out) + hint
                               + say(MESSAGES["largest_difference_only"], diff=diff))
@@ -878,8 +890,7 @@ def run_cases(verdict: Verdict, fn: Callable, cases: Iterable[Case], *, success:
     """
     for i, case in enumerate(cases):
         where = say(MESSAGES["on_case"], description=case.description) if i else ""
-        record = bool(getattr(case, "steps", ()))
-        outcome = call(fn, case.args, forbidden, record=record)
+        outcome = call(fn, case.args, forbidden)
         if outcome.error is not None and outcome.library is None and outcome.rule is None and on_error is not None \
                 and outcome.timed_out is None:
             bugs = on_error(outcome.error, case)
@@ -895,7 +906,8 @@ def run_cases(verdict: Verdict, fn: Callable, cases: Iterable[Case], *, success:
                 return early
             if _differs(outcome.value, again.value):
                 return verdict.failed(NOT_DETERMINISTIC, where + say(MESSAGES["not_deterministic"]))
-        result = judge_tensor(verdict, outcome.value, case, where, diagnose, outcome)
+        result = judge_tensor(verdict, outcome.value, case, where, diagnose, outcome,
+                              recorded=lambda case=case: call(fn, case.args, forbidden, record=True).recorded)
         if result is not None:
             return result
     return verdict.passed(success)

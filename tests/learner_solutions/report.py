@@ -30,8 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", nargs="*", default=[], metavar="VERDICT",
                         help="print the solutions with these verdicts (e.g. 'false accept' generic crash)")
     parser.add_argument("--package", type=Path, help="a checkout whose gpt_lesson to measure (default: this one)")
+    parser.add_argument("--no-rules", action="store_true",
+                        help="call the checks without the exercises' rule arguments (without=/using=)")
     args = parser.parse_args(argv)
     exercises, run = _import_corpus(args.package)
+    if args.no_rules:
+        for ex in exercises():
+            ex.rules = {}
     import gpt_lesson
 
     print(f"gpt_lesson from {Path(gpt_lesson.__file__).parent}\n")
