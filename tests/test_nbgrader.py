@@ -566,6 +566,20 @@ def test_replacing_the_library_reference_makes_the_graded_cell_fail(monkeypatch,
     assert "gpt_lesson.attention.attention_scores is not the course's own" in out and "restart the kernel" in out
 
 
+def test_a_replaced_library_class_or_method_is_found():
+    import gpt_lesson.model as model
+    from gpt_lesson.checks.runner import library_replacements
+
+    assert library_replacements() == []
+    namespace = {"__name__": "__main__"}  # as a notebook cell defines it
+    exec("class MyFFN:\n    pass\n\n\ndef forward(self, idx):\n    return idx\n", namespace)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(model, "FeedForward", namespace["MyFFN"])
+        patch.setattr(model.GPT, "forward", namespace["forward"])
+        assert sorted(library_replacements()) == ["gpt_lesson.model.FeedForward", "gpt_lesson.model.GPT.forward"]
+    assert library_replacements() == []
+
+
 def test_a_right_answer_passes_the_graded_cell_and_rules_stay_in_force(capsys):
     _run_test_cell("def f(q, k):\n    return q @ k.transpose(-2, -1) / q.size(-1) ** 0.5\n")
     assert capsys.readouterr().out.count(": passed.") == 2  # the visible and the hidden run

@@ -1049,8 +1049,11 @@ def _genuine(obj: object) -> bool:
     if isinstance(code, CodeType):
         where = os.path.abspath(code.co_filename)
     elif inspect.isclass(target):
-        module = sys.modules.get(getattr(target, "__module__", ""), None)
-        where = os.path.abspath(getattr(module, "__file__", "") or "")
+        name = getattr(target, "__module__", "")
+        module = sys.modules.get(name, None)
+        if name == "__main__" or module is None or not getattr(module, "__file__", None):
+            return name == "builtins"  # a class from a notebook cell (its module is __main__) is not genuine
+        where = os.path.abspath(module.__file__)
     else:
         return True  # a builtin: C code nobody wrote in a notebook
     homes = [str(_PACKAGE_DIR), _TORCH_DIR, sys.prefix, sys.base_prefix, sys.exec_prefix, *_site_folders()]
