@@ -24,6 +24,7 @@ module                        checks                                            
 :mod:`.block`                 ``check_layer_norm``, ``check_block``                        07
 :mod:`.gpt`                   ``check_gpt_forward``, ``check_parameter_count``,            08
                               ``check_load_source_weights``
+:mod:`.interview`             ``check_cached_attention``, ``check_kv_cache_memory``        11
 :mod:`.distributed`           ``check_effective_batch``, ``check_grad_accum_steps``,       12
                               ``check_allreduce_bytes``
 :mod:`.runner`                the one runner: calls the learner's code, judges, reports
@@ -35,20 +36,21 @@ and the templates of its messages at the top, for the message catalogue.
 """
 from __future__ import annotations
 
-from . import attention, block, distributed, feed_forward, gpt, heads, tokens, verdicts
+from . import attention, block, distributed, feed_forward, gpt, heads, interview, tokens, verdicts
 from .attention import check_attention_scores, check_causal_attention, check_softmax_weights
 from .block import check_block, check_layer_norm
 from .distributed import check_allreduce_bytes, check_effective_batch, check_grad_accum_steps
 from .feed_forward import check_feed_forward
 from .gpt import check_gpt_forward, check_load_source_weights, check_parameter_count
 from .heads import check_merge_heads, check_split_heads
+from .interview import check_cached_attention, check_kv_cache_memory
 from .tokens import check_embeddings, check_tokenizer
 from .verdicts import CheckResult
 
 # Every diagnosis label, by constant name (``checks.NO_MASK == "no mask"``), from every module.
 LABELS: dict[str, str] = {
     name: value
-    for module in (verdicts, tokens, attention, heads, feed_forward, block, gpt, distributed)
+    for module in (verdicts, tokens, attention, heads, feed_forward, block, gpt, interview, distributed)
     for name, value in vars(module).items()
     if name.isupper() and not name.startswith("_") and isinstance(value, str)
 }
@@ -62,5 +64,6 @@ __all__ = [
     "check_feed_forward",
     "check_layer_norm", "check_block",
     "check_gpt_forward", "check_parameter_count", "check_load_source_weights",
+    "check_cached_attention", "check_kv_cache_memory",
     "check_effective_batch", "check_grad_accum_steps", "check_allreduce_bytes",
 ]
