@@ -1,4 +1,4 @@
-"""Text generation: greedy, temperature and top-k sampling, with or without a KV cache.
+"""Text generation: greedy, temperature, top-k and top-p sampling, with or without a KV cache.
 
 Without a cache, every new token runs the model over the whole (cropped) context
 again. With a cache, the keys and values of earlier positions are kept, so each new
@@ -26,20 +26,40 @@ __all__ = ["next_token_probs", "sample_next", "generate"]
 _TINY_TEMPERATURE = 1e-3
 
 
-def _check_sampling(temperature: object, top_k: object, vocab_size: int) -> None:
+def _check_sampling(temperature: object, top_k: object, vocab_size: int, top_p: object = None) -> None:
     check_number("temperature", temperature, minimum=0, rule=">= 0; 0 means greedy decoding")
     if top_k is not None:
         check_int("top_k", top_k, minimum=1, maximum=vocab_size, rule=f"between 1 and vocab_size={vocab_size}")
+    check_number("top_p", top_p, minimum=0, min_open=True, maximum=1, allow_none=True,
+                 rule="in (0, 1]: the probability the kept tokens must reach; 1 keeps every token")
 
 
-def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
-    """The distribution sampling draws from: ``softmax(logits / temperature)`` over the top k.
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``logits`` with -inf outside the nucleus: the most likely tokens until their probability reaches ``top_p``.
 
-    ``temperature=0`` gives the one-hot distribution of greedy decoding; a tiny temperature
-    gives (nearly) the same, never NaN.
+    The token whose probability crosses ``top_p`` is kept (so is the most likely token, always), and so
+    is every token exactly as likely as the least likely one kept: like top-k, ties are kept together.
+    """
+    probs = F.softmax(logits, dim=-1)
+    ascending = torch.sort(probs, dim=-1).values
+    # Dropped: the least likely tokens while their total stays <= 1 - top_p (so the rest reaches top_p).
+    # Summed from the smallest up, which keeps tiny tails exact where a sum from the top would round them away.
+    dropped = (ascending.cumsum(dim=-1) <= 1 - top_p).sum(dim=-1, keepdim=True)
+    smallest_kept = ascending.gather(-1, dropped.clamp(max=probs.size(-1) - 1))
+    return logits.masked_fill(probs < smallest_kept, float("-inf"))
+
+
+def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None) -> torch.Tensor:
+    """The distribution sampling draws from: ``softmax(logits / temperature)`` over the top k, then the top p.
+
+    ``top_p`` (nucleus sampling, Holtzman et al. 2020) keeps the smallest set of the most likely
+    tokens whose probability reaches ``top_p``, measured after the temperature and the top-k cut
+    (the order Hugging Face's ``generate`` uses). ``temperature=0`` gives the one-hot distribution
+    of greedy decoding; a tiny temperature gives (nearly) the same, never NaN.
     """
     check_tensor("logits", logits, min_dim=1)
-    _check_sampling(temperature, top_k, logits.size(-1))
+    _check_sampling(temperature, top_k, logits.size(-1), top_p)
     if temperature == 0:
         return F.one_hot(logits.argmax(dim=-1), logits.size(-1)).to(logits.dtype)
     if temperature < _TINY_TEMPERATURE:
@@ -50,6 +70,8 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     if top_k is not None:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        logits = _top_p_filter(logits, top_p)
     return F.softmax(logits, dim=-1)
 
 
@@ -58,13 +80,14 @@ def sample_next(
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    top_p: float | None = None,
 ) -> torch.Tensor:
     """One token id per row of ``logits`` (B, vocab) -> (B, 1)."""
     if temperature == 0:
         check_tensor("logits", logits, min_dim=1)
-        _check_sampling(temperature, top_k, logits.size(-1))
+        _check_sampling(temperature, top_k, logits.size(-1), top_p)
         return logits.argmax(dim=-1, keepdim=True)
-    probs = next_token_probs(logits, temperature, top_k)
+    probs = next_token_probs(logits, temperature, top_k, top_p)
     try:
         return torch.multinomial(probs, num_samples=1, generator=generator)
     except RuntimeError:
@@ -168,10 +191,12 @@ def generate(
     use_cache: bool = False,
     generator: torch.Generator | None = None,
     compile: bool = False,
+    top_p: float | None = None,
 ) -> torch.Tensor:
     """Append ``max_new_tokens`` tokens to ``idx`` (B, T) and return (B, T + max_new_tokens).
 
-    ``temperature=0`` is greedy decoding. Contexts longer than ``block_size`` are
+    ``temperature=0`` is greedy decoding; ``top_k`` and ``top_p`` cut the distribution as in
+    :func:`next_token_probs` (top-k first). Contexts longer than ``block_size`` are
     cropped to their last ``block_size`` tokens. The model is put in eval mode for
     the call and its previous mode restored.
 
@@ -194,7 +219,7 @@ def generate(
         )
     if compile and not use_cache:
         raise ValueError("compile=True compiles the cached one-token step; it needs use_cache=True")
-    _check_sampling(temperature, top_k, vocab_size)
+    _check_sampling(temperature, top_k, vocab_size, top_p)
     step = _CompiledStep() if compile else _decode_step
     B, T = idx.shape
     out = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)  # written in place
@@ -225,7 +250,7 @@ def generate(
                     logits = model(out[:, max(0, t - block_size):t], kv_cache=cache)[0][:, -1, :]
                 else:
                     logits = step(model, next_id, cache)  # only the newest token goes in
-                next_id = sample_next(logits, temperature, top_k, generator)  # (B, 1)
+                next_id = sample_next(logits, temperature, top_k, generator, top_p)  # (B, 1)
                 out[:, t:t + 1] = next_id
     finally:
         model.train(was_training)

@@ -71,6 +71,136 @@ def test_temperature_sharpens_and_flattens():
     assert cold > warm > hot > 1 / 3
 
 
+# --- top-p (nucleus) sampling (issue 22) ---------------------------------------------------------
+
+
+@pytest.fixture
+def hf_warpers(monkeypatch):
+    """Hugging Face's temperature, top-k and top-p warpers: the reference (nothing is downloaded)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    return TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+
+def _hf_probs(warpers, logits, temperature=1.0, top_k=None, top_p=None):
+    """The distribution Hugging Face's generate() samples from: temperature, then top-k, then top-p."""
+    temperature_warper, top_k_warper, top_p_warper = warpers
+    scores = temperature_warper(temperature)(None, logits.clone())
+    if top_k is not None:
+        scores = top_k_warper(top_k)(None, scores)
+    if top_p is not None:
+        scores = top_p_warper(top_p)(None, scores)
+    return torch.softmax(scores, dim=-1)
+
+
+def _random_logits(g, kind):
+    """(B, vocab) logits: continuous values, or few distinct values (many ties), at random scales."""
+    B, V = int(torch.randint(1, 6, (1,), generator=g)), int(torch.randint(2, 70, (1,), generator=g))
+    if kind == "ties":
+        return torch.randint(-3, 3, (B, V), generator=g).float() * float(torch.rand(1, generator=g) * 2 + 0.1)
+    return torch.randn(B, V, generator=g) * float(torch.rand(1, generator=g) * 6 + 0.05)
+
+
+@pytest.mark.parametrize("top_p", ["random", 1.0, 1e-6, 0.999999])
+@pytest.mark.parametrize("kind", ["continuous", "ties"])
+def test_top_p_matches_hugging_face(hf_warpers, kind, top_p):
+    """The same distribution as Hugging Face's TopPLogitsWarper (with temperature and top-k before it) on
+    random logits, batches of 1-5 rows. Where tokens tie with the least likely one kept, Hugging Face keeps
+    those its sort happens to put first and this library keeps them all (as its top-k does): then the kept
+    set is Hugging Face's plus exactly those tied tokens, renormalised."""
+    g = torch.Generator().manual_seed(22)
+    exact_rows = tied_rows = 0
+    for trial in range(150):
+        logits = _random_logits(g, kind)
+        p = float(torch.rand(1, generator=g) * 0.98 + 0.01) if top_p == "random" else top_p
+        temperature = (1.0, 0.7, 1.6)[trial % 3]
+        top_k = None if trial % 2 else int(torch.randint(1, logits.size(1) + 1, (1,), generator=g))
+        ours = next_token_probs(logits, temperature, top_k, top_p=p)
+        ref = _hf_probs(hf_warpers, logits, temperature, top_k, p)
+        before_p = next_token_probs(logits, temperature, top_k)  # the distribution top-p cuts
+        for row in range(logits.size(0)):
+            kept, ref_kept = ours[row] > 0, ref[row] > 0
+            smallest = before_p[row][ref_kept].min()
+            extra = kept & ~ref_kept
+            assert not (ref_kept & ~kept).any(), (trial, row)  # every token Hugging Face keeps is kept
+            assert torch.equal(before_p[row][extra], smallest.expand(int(extra.sum()))), (trial, row)
+            if extra.any():
+                tied_rows += 1
+                assert torch.allclose(ours[row], before_p[row] * kept / before_p[row][kept].sum(), atol=1e-6)
+            else:
+                exact_rows += 1
+                assert torch.allclose(ours[row], ref[row], atol=1e-6), (trial, row, p)
+    assert exact_rows > 40  # the exact comparison really ran (on 59-400 of the rows)
+    if kind == "ties" and top_p != 1.0:
+        assert tied_rows > 0  # and ties at the edge of the nucleus did occur
+    if top_p == 1.0:
+        assert tied_rows == 0
+
+
+def test_top_p_keeps_the_token_that_crosses_p():
+    logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
+    for p, kept in [(0.45, 1), (0.6, 2), (0.79, 2), (0.81, 3), (0.96, 4), (1.0, 4)]:
+        probs = next_token_probs(logits, top_p=p)
+        assert int((probs > 0).sum()) == kept, p
+        expected = torch.tensor([0.5, 0.3, 0.15, 0.05])[:kept]
+        assert torch.allclose(probs[:kept], expected / expected.sum())
+    # The same numbers in another order: the kept tokens are the likely ones, wherever they are.
+    shuffled = logits[[2, 0, 3, 1]]
+    assert torch.equal(next_token_probs(shuffled, top_p=0.6) > 0, torch.tensor([False, True, False, True]))
+
+
+def test_top_p_one_changes_nothing_and_a_tiny_p_is_greedy():
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(4, 3, 50, generator=g) * 3  # any leading dimensions
+    assert torch.equal(next_token_probs(logits, top_p=1.0), next_token_probs(logits))
+    assert torch.equal(next_token_probs(logits, top_p=1e-9), next_token_probs(logits, temperature=0))
+    # Row by row, (B, T, vocab) and (vocab,) give what each row gives alone.
+    assert torch.equal(next_token_probs(logits, top_p=0.8)[2, 1], next_token_probs(logits[2, 1], top_p=0.8))
+
+
+def test_top_k_comes_before_top_p():
+    logits = torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log()
+    # top-k 2 first: (4/7, 3/7), and 4/7 alone reaches p = 0.5. (top-p first would keep two.)
+    assert torch.equal(next_token_probs(logits, top_k=2, top_p=0.5), torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    assert torch.equal(next_token_probs(logits, top_k=3, top_p=0.5) > 0, torch.tensor([[True, True, False, False]]))
+
+
+def test_top_p_sampling_draws_only_from_the_nucleus():
+    logits = torch.tensor([[1.0, 3.0, 0.0, 2.5, -1.0]])  # probabilities 0.08, 0.56, 0.03, 0.34, 0.01
+    g = torch.Generator().manual_seed(0)
+    draws = {sample_next(logits, top_p=0.85, generator=g).item() for _ in range(300)}
+    assert draws == {1, 3}
+
+
+def test_generate_with_top_p(model):
+    idx = torch.randint(0, 30, (3, 4), generator=torch.Generator().manual_seed(2))
+    kw = dict(temperature=0.9, top_k=20, top_p=0.8)
+    a = generate(model, idx, 25, generator=torch.Generator().manual_seed(1), **kw)  # past block_size=16
+    b = generate(model, idx, 25, use_cache=True, generator=torch.Generator().manual_seed(1), **kw)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, generate(model, idx, 25, temperature=0.9, top_k=20,
+                                       generator=torch.Generator().manual_seed(1)))  # top_p changes the draws
+    greedy = generate(model, idx, 25, temperature=0)
+    assert torch.equal(generate(model, idx, 25, top_p=1e-9, generator=torch.Generator().manual_seed(3)), greedy)
+
+
+@pytest.mark.parametrize("bad,error,message", [
+    (0, ValueError, r"top_p=0 must be in \(0, 1\]: the probability the kept tokens must reach; 1 keeps every token"),
+    (-0.1, ValueError, r"top_p=-0.1 must be in \(0, 1\]"),
+    (1.5, ValueError, r"top_p=1.5 must be in \(0, 1\]"),
+    (float("nan"), ValueError, r"top_p=nan must be a finite number \(in \(0, 1\]"),
+    ("0.9", TypeError, r"top_p='0.9' must be a number or None, got str"),
+    (True, TypeError, r"top_p=True must be a number or None, got bool"),
+])
+def test_bad_top_p_is_named(model, bad, error, message):
+    with pytest.raises(error, match=message):
+        next_token_probs(torch.zeros(2, 30), top_p=bad)
+    with pytest.raises(error, match=message):
+        sample_next(torch.zeros(2, 30), temperature=0, top_p=bad)  # checked for greedy decoding too
+    with pytest.raises(error, match=message):
+        generate(model, torch.zeros(1, 1, dtype=torch.long), 3, top_p=bad)
+
+
 # --- the compiled decode step (issue 18) ------------------------------------------------------------
 
 

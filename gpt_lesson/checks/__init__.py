@@ -27,6 +27,7 @@ module                        checks                                            
 :mod:`.interview`             ``check_cached_attention``, ``check_kv_cache_memory``        11
 :mod:`.distributed`           ``check_effective_batch``, ``check_grad_accum_steps``,       12
                               ``check_allreduce_bytes``
+:mod:`.generation`            ``check_top_p``                                              10, 11
 :mod:`.runner`                the one runner: calls the learner's code, judges, reports
 :mod:`.verdicts`              ``CheckResult``, the labels and messages every check shares
 ============================  ==========================================================  =========
@@ -41,6 +42,7 @@ from .attention import check_attention_scores, check_causal_attention, check_sof
 from .block import check_block, check_layer_norm
 from .distributed import check_allreduce_bytes, check_effective_batch, check_grad_accum_steps
 from .feed_forward import check_feed_forward
+from .generation import check_top_p
 from .gpt import check_gpt_forward, check_load_source_weights, check_parameter_count
 from .heads import check_merge_heads, check_split_heads
 from .interview import check_cached_attention, check_kv_cache_memory
@@ -66,4 +68,5 @@ __all__ = [
     "check_gpt_forward", "check_parameter_count", "check_load_source_weights",
     "check_cached_attention", "check_kv_cache_memory",
     "check_effective_batch", "check_grad_accum_steps", "check_allreduce_bytes",
+    "check_top_p",
 ]
