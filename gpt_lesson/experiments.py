@@ -296,8 +296,9 @@ def score_gradients(d_k: int, scale: float, *, T: int = 32, n_draws: int = 200, 
     every CPU). Means over ``n_draws`` draws (seeds ``seed, seed + 1, ...``):
 
     * ``grad_scores``: ``||dL/ds||`` (Frobenius norm over all T x T scores): what the softmax lets through;
-    * ``grad_q``: ``||dL/dq||``. Since ``s = scale * q.k``, ``dL/dq = scale * dL/ds @ k``: the scale
-      multiplies the backward pass too. ``dL/dW_q = x^T dL/dq``, so this is what reaches ``W_q``;
+    * ``grad_q`` and ``grad_k``: ``||dL/dq||`` and ``||dL/dk||``. Since ``s = scale * q.k``, ``dL/dq =
+      scale * dL/ds @ k`` and ``dL/dk = scale * dL/ds^T @ q``: the scale multiplies the backward pass too.
+      ``dL/dW_q = x^T dL/dq`` (and so for W_k), so these are what reach ``W_q`` and ``W_k``;
     * ``top_share`` and ``top2_share``: the share of each row's squared score gradient that lands on its
       most-weighted key, and on its two most-weighted keys, averaged over the last ``T // 2`` queries
       (each sees more than ``T // 2`` keys);
@@ -314,13 +315,15 @@ def score_gradients(d_k: int, scale: float, *, T: int = 32, n_draws: int = 200, 
     check_int("seed", seed, minimum=0)
     hidden = torch.ones(T, T).tril() == 0
     rows = slice(T // 2, T)
-    totals = dict.fromkeys(("grad_scores", "grad_q", "top_share", "top2_share", "max_weight", "score_step"), 0.0)
+    totals = dict.fromkeys(("grad_scores", "grad_q", "grad_k", "top_share", "top2_share", "max_weight", "score_step"),
+                           0.0)
     for first in range(0, n_draws, _DRAWS_PER_PASS):  # a few draws at once, each from its own seed
         draws = range(first, min(first + _DRAWS_PER_PASS, n_draws))
         gens = [torch.Generator().manual_seed(seed + d) for d in draws]
         q, k, v, upstream = (torch.stack([torch.randn(T, d_k, generator=g, dtype=torch.float64) for g in gens])
                              for _ in range(4))  # each (draws, T, d_k)
         q.requires_grad_(True)
+        k.requires_grad_(True)
         scores = scale * q @ k.mT
         scores.retain_grad()
         weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
@@ -330,9 +333,10 @@ def score_gradients(d_k: int, scale: float, *, T: int = 32, n_draws: int = 200, 
         picked = squared.gather(-1, top2) / squared.sum(-1, keepdim=True)
         with torch.no_grad():  # Adam's first step, lr * m / (sqrt(v) + eps) with m = g and v = g**2 after bias correction
             step = -lr * q.grad / (q.grad.abs() + _ADAM_EPS)
-            moved = (scale * step @ k.mT).masked_fill(hidden, 0.0)  # the scores' change: linear in q
+            moved = (scale * step @ k.detach().mT).masked_fill(hidden, 0.0)  # the scores' change: linear in q
         for key, value in (("grad_scores", scores.grad.flatten(1).norm(dim=1)),
-                           ("grad_q", q.grad.flatten(1).norm(dim=1)), ("top_share", picked[..., 0].mean(-1)),
+                           ("grad_q", q.grad.flatten(1).norm(dim=1)), ("grad_k", k.grad.flatten(1).norm(dim=1)),
+                           ("top_share", picked[..., 0].mean(-1)),
                            ("top2_share", picked.sum(-1).mean(-1)), ("max_weight", p.max(-1).values.mean(-1)),
                            ("score_step", moved.flatten(1).norm(dim=1))):
             totals[key] += float(value.sum()) / n_draws
