@@ -201,5 +201,5 @@ def token_html(tokenizer: BPETokenizer, text: str, *, title: str | None = None) 
                      f'style="background:{_TINTS[k % len(_TINTS)]};white-space:pre;border-radius:3px;'
                      f'padding:1px 0;margin:0 1px">{shown}</span>')
     head = f"<div style='font-weight:bold;margin-bottom:4px'>{html.escape(title)}</div>" if title else ""
-    return (f"<div style='font-family:monospace;line-height:1.9'>{head}{''.join(spans)}"
+    return (f"<div style='font-family:var(--jp-code-font-family, monospace);line-height:1.9'>{head}{''.join(spans)}"
             f"<div style='color:#555;margin-top:4px'>{len(spans)} tokens, {len(text.encode('utf-8'))} bytes</div></div>")
