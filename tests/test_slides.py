@@ -402,7 +402,7 @@ def test_tiny_deck_content(built):
 def test_fonts_are_local_and_complete(built):
     vendor = built["out"] / "vendor"
     css = (vendor / "fonts.css").read_text(encoding="utf-8")
-    assert remote_references(css) == []
+    assert remote_references(css, kind="css") == []
     urls = re.findall(r"url\(([^)]+)\)", css)
     families = set(re.findall(r"font-family: '([^']+)'", css))
     assert families == {"Noto Sans", "Noto Sans Mono", "Noto Sans Math", "Noto Sans Symbols 2", "Noto Sans SC",
@@ -424,6 +424,20 @@ def test_a_remote_image_in_a_lesson_stops_the_build(built, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "97_remote.ipynb would load from the network: ['https://example.org/diagram.png']" in err
     assert not (tmp_path / "out" / "97_remote.html").exists()
+
+
+def test_an_image_outside_the_lesson_folder_stops_the_build(built, tmp_path, capsys):
+    (tmp_path / "secret.png").write_bytes((built["out"] / "vendor" / "VERSIONS.json").read_bytes())
+    nb = _notebook(["slide"])
+    nb.cells[0].source = f"# 96 · Outside\n\n![a](../secret.png) ![b]({tmp_path / 'secret.png'})"
+    (tmp_path / "nbs").mkdir()
+    nbformat.write(nbformat.from_dict(nb), tmp_path / "nbs" / "96_outside.ipynb")
+    shutil.copytree(built["out"] / "vendor", tmp_path / "out" / "vendor")
+    assert slides.main(["--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "error: 96_outside.ipynb: the image '../secret.png' is outside the lesson folder" in err
+    assert "a deck inlines only images inside the notebook's folder" in err
+    assert not (tmp_path / "out" / "96_outside.html").exists()
 
 
 def test_rebuild_reuses_vendor_without_npm(built, tmp_path, monkeypatch):
