@@ -12,19 +12,27 @@ is compiled in memory with Babel (the tool that extracts the messages too, see
 ``tools/i18n.py``) and served through Python's standard :mod:`gettext`.
 
 Choose the language per notebook with :func:`set_language` (``set_language("zh")``) or for a
-whole session with the environment variable ``GPT_LESSON_LANG=zh``.
+whole session with the environment variable ``GPT_LESSON_LANG=zh``. Both take a language code or a
+locale name of one, in any case: ``zh``, ``zh_CN``, ``zh-CN``, ``zh_CN.UTF-8``, ``zh_Hans``, ``ZH``,
+``en_US.UTF-8`` (only the language part decides, as gettext falls back from ``zh_TW`` to ``zh``).
+A value of ``GPT_LESSON_LANG`` that names no language of the course gives a warning that names the
+variable, the value and the accepted forms, and the course speaks English.
 """
 from __future__ import annotations
 
 import gettext
 import io
 import os
+import re
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .validation import check_instance
+
 __all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "set_language", "get_language", "language",
-           "catalogue_path", "translations", "_", "N_"]
+           "normalize_language", "catalogue_path", "translations", "_", "N_"]
 
 LANGUAGES = ("en", "zh")
 LANG_ENV = "GPT_LESSON_LANG"
@@ -33,6 +41,19 @@ LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 
 _state: dict[str, object] = {"language": "en"}
 _cache: dict[str, gettext.NullTranslations] = {}
+# language[_Script][_REGION][.encoding][@modifier], "-" or "_" between the parts (BCP 47 or POSIX)
+_LOCALE_RE = re.compile(r"([A-Za-z]{2,3})(?:[-_][A-Za-z0-9]{1,8})*(?:\.[A-Za-z0-9_-]+)?(?:@[A-Za-z0-9_-]+)?")
+_ACCEPTED = "a language code or a locale name of one (zh, zh_CN, zh-CN, zh_CN.UTF-8, zh_Hans, en_US, EN)"
+
+
+def normalize_language(language: str) -> str:
+    """The course's code for ``language``: "zh" for zh, zh_CN, zh-CN, zh_CN.UTF-8, zh_Hans or ZH, "en" for
+    en, en_US, en-GB, en_US.UTF-8 or EN; a ``ValueError`` names any other value and the accepted ones."""
+    check_instance("language", language, str)
+    m = _LOCALE_RE.fullmatch(language.strip())
+    if m is None or m.group(1).lower() not in LANGUAGES:
+        raise ValueError(f"language={language!r} is not one of {LANGUAGES}: give {_ACCEPTED}")
+    return m.group(1).lower()
 
 
 def catalogue_path(language: str) -> Path:
@@ -42,8 +63,7 @@ def catalogue_path(language: str) -> Path:
 
 def translations(language: str) -> gettext.NullTranslations:
     """The gettext translations of ``language`` (English: the messages as written)."""
-    if language not in LANGUAGES:
-        raise ValueError(f"language={language!r} is not one of {LANGUAGES}")
+    language = normalize_language(language)
     if language == "en":
         return gettext.NullTranslations()
     if language not in _cache:
@@ -63,8 +83,10 @@ def translations(language: str) -> gettext.NullTranslations:
 
 
 def set_language(language: str) -> None:
-    """Print feedback and label the explorers in ``language`` ("en" or "zh") from now on."""
-    translations(language)  # fails early on an unknown language or a missing catalogue
+    """Print feedback and label the explorers in ``language`` ("en" or "zh", or a locale name such as
+    "zh_CN.UTF-8") from now on."""
+    language = normalize_language(language)
+    translations(language)  # fails early on a missing catalogue
     _state["language"] = language
 
 
@@ -97,6 +119,18 @@ def _(message: str) -> str:
     return translations(str(language)).gettext(message)
 
 
-_env = os.environ.get(LANG_ENV)
-if _env in LANGUAGES:
-    _state["language"] = _env
+def _language_from_environment(environ: dict[str, str] | os._Environ = os.environ) -> str:
+    """The language ``GPT_LESSON_LANG`` asks for ("en" when it is unset or empty); an unknown value
+    warns, naming the variable, the value and the accepted forms, and gives English."""
+    value = environ.get(LANG_ENV, "")
+    if not value.strip():
+        return "en"
+    try:
+        return normalize_language(value)
+    except ValueError:
+        warnings.warn(f"{LANG_ENV}={value!r} names no language of the course, which speaks {LANGUAGES}: "
+                      f"set it to {_ACCEPTED}. Printing in English.", UserWarning, stacklevel=2)
+        return "en"
+
+
+_state["language"] = _language_from_environment()

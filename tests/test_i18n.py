@@ -3,11 +3,22 @@ has a Chinese translation in gpt_lesson/locale/zh/LC_MESSAGES/gpt_lesson.po, wit
 set_language switches what the checks print."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import gpt_lesson
 from gpt_lesson import checks
-from gpt_lesson.i18n import _, get_language, set_language, translations
+from gpt_lesson.i18n import (
+    LANG_ENV,
+    _,
+    _language_from_environment,
+    get_language,
+    normalize_language,
+    set_language,
+    translations,
+)
 from tools.i18n import extract, fields, problems
 
 
@@ -60,6 +71,56 @@ def test_language_is_validated_and_exported():
     with pytest.raises(ValueError, match="language='fr' is not one of"):
         set_language("fr")
     assert gpt_lesson.set_language is set_language
+
+
+LOCALE_FORMS = [("zh", "zh"), ("ZH", "zh"), ("zh_CN", "zh"), ("zh-CN", "zh"), ("zh_CN.UTF-8", "zh"),
+                ("zh_CN.utf8", "zh"), ("zh_Hans", "zh"), ("zh-Hans-CN", "zh"), ("zh_TW", "zh"), ("zh_CN@pinyin", "zh"),
+                (" zh_CN ", "zh"), ("en", "en"), ("EN", "en"), ("en_US", "en"), ("en-GB", "en"),
+                ("en_US.UTF-8", "en"), ("En_us", "en")]
+NOT_LANGUAGES = ["fr", "fr_FR.UTF-8", "", "  ", "C", "POSIX", "chinese", "z", "zh__CN", "zh CN", "zh_CN.", "zh/CN",
+                 "en_US.UTF-8.x", "../zh"]
+
+
+@pytest.mark.parametrize("form, code", LOCALE_FORMS)
+def test_locale_forms_name_the_language(form, code):
+    assert normalize_language(form) == code
+    set_language(form)
+    assert get_language() == code
+    assert _language_from_environment({LANG_ENV: form}) == code
+
+
+@pytest.mark.parametrize("value", NOT_LANGUAGES)
+def test_an_unknown_language_is_refused_naming_the_value_and_the_forms(value):
+    with pytest.raises(ValueError, match=rf"language={value!r} is not one of \('en', 'zh'\): give a language code "
+                                         r"or a locale name of one \(zh, zh_CN, zh-CN, zh_CN.UTF-8"):
+        set_language(value)
+    assert get_language() == "en"
+    with pytest.raises(TypeError, match="language"):
+        normalize_language(None)
+
+
+@pytest.mark.parametrize("value", [v for v in NOT_LANGUAGES if v.strip()])
+def test_an_unknown_gpt_lesson_lang_warns_and_gives_english(value):
+    with pytest.warns(UserWarning, match=rf"GPT_LESSON_LANG={value!r} names no language of the course, which "
+                                         r"speaks \('en', 'zh'\): set it to .*zh_CN.UTF-8.* Printing in English"):
+        assert _language_from_environment({LANG_ENV: value}) == "en"
+
+
+def test_an_unset_or_empty_gpt_lesson_lang_is_english(recwarn):
+    assert _language_from_environment({}) == "en"
+    assert _language_from_environment({LANG_ENV: " "}) == "en"
+    assert not recwarn.list
+
+
+def test_gpt_lesson_lang_is_read_at_import():
+    code = "import gpt_lesson; print(gpt_lesson.get_language())"
+    env = {"PATH": "/usr/bin:/bin", LANG_ENV: "zh_CN.UTF-8"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "zh", run.stderr
+    env[LANG_ENV] = "de_DE"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "en", run.stderr
+    assert "GPT_LESSON_LANG='de_DE' names no language of the course" in run.stderr
 
 
 def test_fields_of_a_template():

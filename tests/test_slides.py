@@ -402,7 +402,7 @@ def test_tiny_deck_content(built):
 def test_fonts_are_local_and_complete(built):
     vendor = built["out"] / "vendor"
     css = (vendor / "fonts.css").read_text(encoding="utf-8")
-    assert remote_references(css) == []
+    assert remote_references(css, kind="css") == []
     urls = re.findall(r"url\(([^)]+)\)", css)
     families = set(re.findall(r"font-family: '([^']+)'", css))
     assert families == {"Noto Sans", "Noto Sans Mono", "Noto Sans Math", "Noto Sans Symbols 2", "Noto Sans SC",
@@ -414,16 +414,30 @@ def test_fonts_are_local_and_complete(built):
             assert "SIL Open Font License" in (vendor / name / "LICENSE").read_text(encoding="utf-8")
 
 
-def test_a_remote_image_in_a_lesson_stops_the_build(built, tmp_path, capsys):
+def _build_one_slide(built, tmp_path, capsys, stem: str, markdown: str) -> str:
+    """Build a one-slide lesson ``stem`` with the CLI (reusing the built vendor folder); expect exit code 2,
+    no deck, and return what it printed on stderr."""
     nb = _notebook(["slide"])
-    nb.cells[0].source = "# 97 · Remote\n\n![diagram](https://example.org/diagram.png)"
+    nb.cells[0].source = markdown
     (tmp_path / "nbs").mkdir()
-    nbformat.write(nbformat.from_dict(nb), tmp_path / "nbs" / "97_remote.ipynb")
+    nbformat.write(nbformat.from_dict(nb), tmp_path / "nbs" / f"{stem}.ipynb")
     shutil.copytree(built["out"] / "vendor", tmp_path / "out" / "vendor")
     assert slides.main(["--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
+    assert not (tmp_path / "out" / f"{stem}.html").exists()
+    return capsys.readouterr().err
+
+
+def test_a_remote_image_in_a_lesson_stops_the_build(built, tmp_path, capsys):
+    err = _build_one_slide(built, tmp_path, capsys, "97_remote", "# 97 · Remote\n\n![diagram](https://example.org/diagram.png)")
     assert "97_remote.ipynb would load from the network: ['https://example.org/diagram.png']" in err
-    assert not (tmp_path / "out" / "97_remote.html").exists()
+
+
+def test_an_image_outside_the_lesson_folder_stops_the_build(built, tmp_path, capsys):
+    (tmp_path / "secret.png").write_bytes(b"\x89PNG\r\n\x1a\nOUTSIDE")
+    err = _build_one_slide(built, tmp_path, capsys, "96_outside",
+                           f"# 96 · Outside\n\n![a](../secret.png) ![b]({tmp_path / 'secret.png'})")
+    assert "error: 96_outside.ipynb: the image '../secret.png' is outside the lesson folder" in err
+    assert "a deck inlines only images inside the notebook's folder" in err
 
 
 def test_rebuild_reuses_vendor_without_npm(built, tmp_path, monkeypatch):

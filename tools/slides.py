@@ -44,6 +44,7 @@ import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -66,6 +67,7 @@ __all__ = [
     "strip_scaffolding",
     "VendorError",
     "NotOfflineError",
+    "OutsideLessonError",
     "Deck",
     "count_slides",
     "strip_solutions",
@@ -242,6 +244,10 @@ class VendorError(RuntimeError):
 
 class NotOfflineError(RuntimeError):
     """A deck would load something from the network (a remote image in a lesson, a CDN script)."""
+
+
+class OutsideLessonError(ValueError):
+    """A lesson names an image outside its own folder (an absolute path, ``../../x.png``)."""
 
 
 @dataclass
@@ -582,11 +588,22 @@ _IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"
 def _embed_local_images(source: str, base_dir: Path) -> str:
     """Replace references to image files next to the notebook by ``data:`` URLs.
 
-    (nbconvert's own ``embed_images`` option also re-nests ``<details>`` blocks and shows the
-    solutions open, so the decks do this themselves.)
+    Only files inside ``base_dir`` (the notebook's folder) are inlined: an image named by an
+    absolute path, a ``file:`` URL or a relative path that leads out of the folder (``../../x.png``,
+    or a link to a file elsewhere) raises :class:`OutsideLessonError`, since the deck would carry a
+    file from wherever the build runs. (nbconvert's own ``embed_images`` option also re-nests
+    ``<details>`` blocks and shows the solutions open, so the decks do this themselves.)
     """
+    folder = base_dir.resolve()
+
     def repl(m: re.Match) -> str:
         src = m.group(2)
+        if src.lower().startswith("file:") or (
+                "://" not in src and not src.startswith(("data:", "attachment:"))
+                and not (folder / src).resolve().is_relative_to(folder)):
+            raise OutsideLessonError(
+                f"the image {src!r} is outside the lesson folder {folder}: a deck inlines only images inside "
+                "the notebook's folder, linked relatively (e.g. figures/x.png); copy the file there")
         path = base_dir / src
         kind = _IMAGE_TYPES.get(path.suffix.lower())
         if "://" in src or src.startswith(("data:", "attachment:")) or kind is None or not path.is_file():
@@ -710,26 +727,203 @@ def _make_exporter(template_dir: Path):
     return exporter
 
 
-_REMOTE_PATTERNS = [
-    re.compile(r"<(?:script|img|link|iframe|source|video|audio|embed)\b[^>]*?\b(?:src|href)\s*=\s*[\"']?((?:https?:)?//[^\"'\s>]+)", re.I),
-    re.compile(r"url\(\s*[\"']?((?:https?:)?//[^\"')\s]+)", re.I),
-    re.compile(r"@import\s+[\"']((?:https?:)?//[^\"']+)", re.I),
-    re.compile(r"\bimport\b[^;\n]*?\bfrom\s*[\"']((?:https?:)?//[^\"']+)", re.I),
-    re.compile(r"\bimport\(\s*[\"']((?:https?:)?//[^\"']+)", re.I),
-    # a script URL in a string, loaded by code (e.g. the widget renderer: scriptElement.src = '...')
-    re.compile(r"[\"']((?:https?:)?//[^\"'\s]+\.m?js(?:\?[^\"'\s]*)?)[\"']", re.I),
-]
+# The offline check. A page is parsed (html.parser), not searched: every attribute that makes a
+# browser load something, the text of each script and style sheet, the HTML inside ``<iframe
+# srcdoc>``, and the JSON of each data script (the widget state, whose strings are escaped
+# ``https:\/\/``) parsed and walked. Plain links (``<a href>``) are not loads.
+_REMOTE_SCHEMES = frozenset({"http", "https", "ws", "wss", "ftp"})
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+_URL_STRIP = "".join(chr(i) for i in range(0x21))  # browsers strip C0 controls and spaces at both ends
+_TAB_NEWLINE_RE = re.compile(r"[\t\n\r]")  # ... and remove tabs and newlines anywhere in a URL
+# Attributes whose value is one URL the browser loads: on any element, or on the elements named.
+_URL_ATTRS_ANY = frozenset({"src", "poster", "background", "lowsrc", "dynsrc"})
+_URL_ATTRS_ON = {
+    "href": frozenset({"link", "image", "use", "script", "feimage", "base"}),
+    "xlink:href": frozenset({"image", "use", "script", "feimage"}),
+    "data": frozenset({"object"}),
+    "codebase": frozenset({"object", "applet"}),
+    "manifest": frozenset({"html"}),
+}
+_SRCSET_ATTRS = frozenset({"srcset", "imagesrcset"})
+# <link rel=...> values that only name a related page (nothing is fetched); any other rel loads.
+_LINK_NO_LOAD = frozenset({"alternate", "author", "bookmark", "canonical", "external", "help", "license",
+                           "me", "next", "nofollow", "noopener", "noreferrer", "prev", "search", "tag"})
+_JS_TYPES = frozenset({"", "module", "text/javascript", "application/javascript", "text/ecmascript",
+                       "application/ecmascript", "application/x-javascript", "text/jsx", "text/babel"})
+# \/, \u002f, \x2f (and the same for ':') as JavaScript and JSON write them inside strings
+_JS_ESCAPE_RE = re.compile(r"\\(?:(/)|u00(2[fF])|x(2[fF])|u00(3[aA])|x(3[aA]))")
+# A string (in '', "" or ``) that starts with a remote URL: import/import()/fetch()/src = '...' all pass one.
+_JS_STRING_URL_RE = re.compile(
+    r"""(["'`])[ \t]*((?:(?:https?|wss?|ftp):[/\\]*[^\s"'`\\<>]+|//[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+[^\s"'`\\<>]*))""",
+    re.I)
+# Names that scripts pass around but no browser fetches: XML namespaces (createElementNS) and DTDs.
+_XML_NAME_RE = re.compile(r"https?://www\.w3\.org/(?:2000/svg|1999/xhtml|1999/xlink|1998/Math/MathML|"
+                          r"XML/1998/namespace|2000/xmlns/?|[\w./-]+\.dtd)", re.I)
+_CSS_COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
+_CSS_URL_RE = re.compile(r"""url\(\s*(?:"([^"]*)"|'([^']*)'|([^"')\s]*))\s*\)""", re.I)
+_CSS_IMPORT_RE = re.compile(r"""@import\s+(?:"([^"]*)"|'([^']*)')""", re.I)
+_CSS_IMAGE_SET_RE = re.compile(r"""image-set\(([^)]*)\)""", re.I)
+_CSS_STRING_RE = re.compile(r""""([^"]*)"|'([^']*)'""")
+_REFRESH_URL_RE = re.compile(r"""^\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?["']?([^"']*)""", re.I)
 
 
-def remote_references(page: str) -> list[str]:
-    """URLs on other hosts that the page would load by itself (scripts, styles, images, fonts).
+def _is_remote(url: str) -> bool:
+    """Whether a browser resolves ``url`` (as written in an attribute) to another host."""
+    u = _TAB_NEWLINE_RE.sub("", url).strip(_URL_STRIP)
+    if len(u) >= 2 and u[0] in "/\\" and u[1] in "/\\":  # //host/x (browsers read \ as / in URLs)
+        return True
+    m = _SCHEME_RE.match(u)
+    return m is not None and m.group(1).lower() in _REMOTE_SCHEMES
 
-    Plain links (``<a href="https://...">``) are not loads and are not listed.
+
+def _srcset_urls(value: str) -> list[str]:
+    """The URLs of a ``srcset`` ("a.png 1x, https://x/b.png 2x"), as the HTML standard splits it."""
+    urls, i, n = [], 0, len(value)
+    while i < n:
+        while i < n and (value[i].isspace() or value[i] == ","):
+            i += 1
+        start = i
+        while i < n and not value[i].isspace():
+            i += 1
+        url = value[start:i]
+        if url.endswith(","):
+            url = url.rstrip(",")
+        else:  # skip the descriptors up to the next comma outside parentheses
+            depth = 0
+            while i < n and (value[i] != "," or depth):
+                depth += {"(": 1, ")": -1}.get(value[i], 0)
+                i += 1
+        if url:
+            urls.append(url)
+    return urls
+
+
+def _script_refs(text: str) -> list[str]:
+    """Remote URLs a script names in a string (``import ... from``, ``import()``, ``fetch()``, ``src = ``)."""
+    text = _JS_ESCAPE_RE.sub(lambda m: "/" if (m.group(1) or m.group(2) or m.group(3)) else ":", text)
+    return [m.group(2) for m in _JS_STRING_URL_RE.finditer(text) if not _XML_NAME_RE.fullmatch(m.group(2))]
+
+
+def _css_refs(text: str) -> list[str]:
+    """Remote URLs a style sheet loads (``url()``, ``@import``, ``image-set()``); comments are not loads."""
+    text = _CSS_COMMENT_RE.sub("", text)
+    urls = ["".join(m.groups(default="")) for m in _CSS_URL_RE.finditer(text)]
+    urls += ["".join(m.groups(default="")) for m in _CSS_IMPORT_RE.finditer(text)]
+    for m in _CSS_IMAGE_SET_RE.finditer(text):
+        urls += ["".join(s.groups(default="")) for s in _CSS_STRING_RE.finditer(m.group(1))]
+    return [u.strip() for u in urls if _is_remote(u)]
+
+
+def _json_refs(value: object, key: str = "") -> list[str]:
+    """Remote URLs in parsed JSON (a widget state): strings that are URLs, and the scripts (``_esm``),
+    style sheets (``_css``) and HTML held in strings."""
+    if isinstance(value, dict):
+        return [u for k, v in value.items() for u in _json_refs(v, str(k))]
+    if isinstance(value, list):
+        return [u for v in value for u in _json_refs(v, key)]
+    if not isinstance(value, str):
+        return []
+    url = value.strip(_URL_STRIP)
+    found = [url] if _is_remote(url) and not any(c.isspace() for c in url) and not _XML_NAME_RE.fullmatch(url) else []
+    if key.endswith("esm") or key.endswith("_js"):
+        found += _script_refs(value)
+    elif key.endswith("css"):
+        found += _css_refs(value)
+    elif "<" in value:
+        found += _html_refs(value)
+    elif "url(" in value.lower() or "@import" in value.lower():
+        found += _css_refs(value)
+    return found
+
+
+class _LoadFinder(HTMLParser):
+    """Collects what an HTML page loads (see :func:`remote_references`)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: list[str] = []
+        self._raw: tuple[str, str] | None = None  # ("script", its type) or ("style", "") while inside one
+        self._text: list[str] = []
+
+    def _url(self, value: str) -> None:
+        if _is_remote(value):
+            self.found.append(value.strip(_URL_STRIP))
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value for name, value in attrs if value is not None}
+        for name, value in values.items():
+            if name in _URL_ATTRS_ANY or tag in _URL_ATTRS_ON.get(name, ()):
+                rel = set(values.get("rel", "").lower().split())
+                if tag == "link" and name == "href" and rel and rel <= _LINK_NO_LOAD:
+                    continue
+                self._url(value)
+            elif name in _SRCSET_ATTRS:
+                for url in _srcset_urls(value):
+                    self._url(url)
+            elif name == "style":
+                self.found += _css_refs(value)
+            elif name.startswith("on"):  # onload="fetch('https://...')"
+                self.found += _script_refs(value)
+            elif name == "srcdoc" and tag == "iframe":
+                self.found += _html_refs(value)
+        if tag == "meta" and values.get("http-equiv", "").strip().lower() == "refresh":
+            m = _REFRESH_URL_RE.match(values.get("content", ""))
+            if m:
+                self._url(m.group(1))
+        if tag in ("script", "style"):
+            self._raw = (tag, values.get("type", "").split(";")[0].strip().lower())
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._raw is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._raw is None or tag != self._raw[0]:
+            return
+        (kind, type_), text = self._raw, "".join(self._text)
+        self._raw, self._text = None, []
+        if kind == "style":
+            self.found += _css_refs(text)
+        elif type_ in _JS_TYPES:
+            self.found += _script_refs(text)
+        elif type_ == "importmap" or type_.endswith("json"):  # the widget state, widget views, import maps
+            try:
+                self.found += _json_refs(json.loads(text))
+            except ValueError:  # not JSON after all: look at it as a script
+                self.found += _script_refs(text)
+        elif "html" in type_ or "template" in type_:
+            self.found += _html_refs(text)
+        else:  # a type the page's own code may run (text/x-mathjax-config, speculationrules, ...)
+            self.found += _script_refs(text)
+
+    def close(self) -> None:
+        if self._raw is not None:  # a <script> or <style> left open runs to the end of the page
+            self._text.append(self.rawdata)  # (html.parser would drop that text)
+            self.rawdata = ""
+        super().close()
+        if self._raw is not None:
+            self.handle_endtag(self._raw[0])
+
+
+def _html_refs(page: str) -> list[str]:
+    finder = _LoadFinder()
+    finder.feed(page)
+    finder.close()
+    return finder.found
+
+
+def remote_references(page: str, kind: str = "html") -> list[str]:
+    """URLs on other hosts that the page would load by itself (scripts, styles, images, fonts, frames,
+    media, a refresh, URLs in the widget state), sorted and without repeats.
+
+    ``kind`` is what ``page`` holds: "html" (a whole page or a fragment), "css" (a style sheet) or
+    "js" (a script). Plain links (``<a href="https://...">``) are not loads and are not listed.
     """
-    found: list[str] = []
-    for pattern in _REMOTE_PATTERNS:
-        found += pattern.findall(page)
-    return sorted(set(found))
+    finders = {"html": _html_refs, "css": _css_refs, "js": _script_refs}
+    if kind not in finders:
+        raise ValueError(f"kind={kind!r} is not one of {sorted(finders)}")
+    return sorted(set(finders[kind](page)))
 
 
 def _link_decks(page: str, deck_names: set[str]) -> str:
@@ -748,7 +942,10 @@ def build_deck(notebook: str | os.PathLike, out_dir: str | os.PathLike, exporter
     out = Path(out_dir)
     nb = nbformat.read(nb_path, as_version=4)
     horizontal, total = count_slides(nb)
-    shown = nbformat.from_dict(_deck_notebook(nb, solutions, nb_path.parent))
+    try:
+        shown = nbformat.from_dict(_deck_notebook(nb, solutions, nb_path.parent))
+    except OutsideLessonError as e:
+        raise OutsideLessonError(f"{nb_path.name}: {e}") from None
     own_exporter = exporter is None
     tmp = tempfile.TemporaryDirectory(prefix="gpt_lesson_tpl_") if own_exporter else None
     try:
@@ -815,7 +1012,7 @@ def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions:
     out.mkdir(parents=True, exist_ok=True)
     vendor = fetch_vendor(out / "vendor", timeout=timeout)
     for sheet in (vendor / "reveal.js" / "dist" / "theme" / f"{_REVEAL_THEME}.css", vendor / _FONTS_CSS):
-        remote = remote_references(sheet.read_text(encoding="utf-8"))
+        remote = remote_references(sheet.read_text(encoding="utf-8"), kind="css")
         if remote:
             raise NotOfflineError(f"the style sheet {sheet.name} would load from the network: {remote}")
     names = {p.stem for p in [*listed, *notebooks]}
@@ -870,7 +1067,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         decks = build_decks(notebooks, args.out, solutions=not args.strip_solutions, index_notebooks=all_notebooks)
-    except (VendorError, NotOfflineError) as e:
+    except (VendorError, NotOfflineError, OutsideLessonError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for d in decks:
