@@ -97,8 +97,8 @@ class AttentionPainter(Painter):
 
     def _build_one(self, fig: Figure, view: dict) -> None:
         T, tokens = view["T"], view["tokens"]
-        gs = fig.add_gridspec(3, 2, width_ratios=[1.3, 1], hspace=0.95, wspace=0.3,
-                              left=0.09, right=0.97, top=0.86, bottom=0.17)
+        gs = fig.add_gridspec(3, 2, width_ratios=[1.3, 1], hspace=1.45, wspace=0.3,
+                              left=0.09, right=0.97, top=0.88, bottom=0.12)
         self.ax = ax = fig.add_subplot(gs[:, 0])
         self.im, self.shade = self._heatmap(ax, view, tokens)
         self.legend = ax.get_legend()

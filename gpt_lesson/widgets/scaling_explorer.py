@@ -11,6 +11,7 @@ formats the read-outs and draws.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import torch
@@ -230,7 +231,7 @@ class ScalingPainter(Painter):
         self.d_k_line = ax_e.axvline(1, color="black", linewidth=1.5, linestyle="--")
         ax_e.set_ylim(0, 1.1 * math.log(view["T"]))
         ax_e.set_xlabel(L("axis_d_k"))
-        ax_e.set_title(L("saturation_title", n=view["n_rows"]), fontsize=10)
+        ax_e.set_title("\n".join(textwrap.wrap(L("saturation_title", n=view["n_rows"]), 50)), fontsize=10)
         ax_e.grid(alpha=0.3)
         ax_e.legend(fontsize=7, ncol=3, loc="lower left", bbox_to_anchor=(0.0, -0.42), frameon=False)
 

@@ -5,7 +5,7 @@
 // (and without a kernel). The one arithmetic done here is the step-through's channel-by-channel
 // products q[d]·k[d] and w·v[key] of the picked cell.
 import {
-  batched, buttonGroup, Chart, colorbarGradient, drawMatrix, FONT, fmt, h, hatch, labeller, legend, markBox, ownKeys,
+  batched, buttonGroup, Chart, colorbarGradient, drawMatrix, FONT, fmt, h, hatch, labeller, legend, markBox, ownKeys, textWidth,
   painted, probeKernel, sizeCanvas, textColorAt, ticks, tickText, Tooltip, unpack, update, viewHeight, watchSize,
 } from "./core.mjs";
 
@@ -599,7 +599,8 @@ class AttentionView {
   // Every layer and head at once, their softmax weights as thumbnails: click one to open it.
   drawOverview(s) {
     const data = this.data, P = this.panels, L = this.L;
-    const gap = 6, x0 = 40, y0 = 16;
+    const gap = 6, y0 = 16;
+    const x0 = 10 + Math.ceil(Math.max(...[...Array(data.L).keys()].map((l) => textWidth(L("layer_short", { i: l })))));
     const size = Math.max(18, Math.min(64, Math.floor((this.sideW - x0 - gap * data.H) / data.H),
       Math.floor((this.S - y0 - 30 - gap * data.L) / data.L)));
     const w = x0 + data.H * (size + gap), hh = y0 + data.L * (size + gap);

@@ -39,7 +39,7 @@ export function unpack(packed) {
 // d3-format follows the same language, except that "g" keeps trailing zeros unless asked ("~").
 const FORMATS = new Map();
 function formatter(spec) {
-  if (!FORMATS.has(spec)) FORMATS.set(spec, LOCALE.format(/g$/.test(spec) ? spec.replace(/g$/, "~g") : spec));
+  if (!FORMATS.has(spec)) FORMATS.set(spec, LOCALE.format(spec.replace(/~?g$/, "~g")));
   return FORMATS.get(spec);
 }
 
@@ -567,4 +567,12 @@ export function mount(view, model, el, kind, names) {
     stopWatch();
     for (const n of names) model.off("change:" + n, view.redraw);
   };
+}
+
+// The width of a text in the canvases' font (px), to leave room for labels before a canvas is sized.
+let MEASURE = null;
+export function textWidth(text, font = FONT) {
+  if (!MEASURE) MEASURE = document.createElement("canvas").getContext("2d");
+  MEASURE.font = font;
+  return MEASURE.measureText(text).width;
 }

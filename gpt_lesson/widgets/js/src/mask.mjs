@@ -89,7 +89,7 @@ class MaskView {
     const W = Math.max(360, (this.width || this.root.clientWidth || 900) - 10), winH = viewHeight();
     const extra = MARGIN.l + MARGIN.r + 44;
     const cols = (W - 4 * extra) / 4 >= Math.max(150, 26 * Math.min(T, 8)) ? 4 : 2;
-    const P = Math.floor(Math.max(110, Math.min(W / cols - extra, cols === 4 ? winH - 300 : (winH - 330) / 2, 300)));
+    const P = Math.floor(Math.max(110, Math.min(W / cols - extra, cols === 4 ? winH - 300 : (winH - 350) / 2, 300)));
     const pw = P + extra, ph = P + MARGIN.t + MARGIN.b;
     const ctx = sizeCanvas(this.canvas, pw * cols, ph * (4 / cols));
     const pattern = hatch(ctx);
