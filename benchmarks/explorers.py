@@ -184,11 +184,14 @@ def run_side(page, lab, name: str, new: bool, rounds: int) -> dict:
         for q in (10, 30, 50, 63):
             if new:
                 box = page.locator(f"{att} canvas[data-part=heatmap]").bounding_box()
-                S = box["height"] - 46
-                x, y = box["x"] + 48 + (q // 2 + 0.5) * S / 64, box["y"] + 4 + (q + 0.5) * S / 64
+                S = box["height"] - 38  # HEAT_MARGIN of attention.mjs: left 34, top 4, bottom 34
+                x, y = box["x"] + 34 + (q // 2 + 0.5) * S / 64, box["y"] + 4 + (q + 0.5) * S / 64
                 timed("attention: query (click a cell)", lambda x=x, y=y: page.mouse.click(x, y))
                 for k in range(3):
                     timed("attention: hover a cell", lambda x=x, y=y, k=k: page.mouse.move(x + 7 * (k + 1), y - 7 * k))
+                for p in (q // 3, q // 2, q):  # the text strip above the heatmap: hovering a character previews its row
+                    timed("attention: text strip hover", lambda p=p: page.locator(
+                        f"{att} [data-part=strip] [data-pos='{p}']").hover())
             else:
                 timed("attention: query (dropdown)", lambda q=q: page.locator(f"{att} select").nth(2).select_option(
                     value=None, index=q + 1))
@@ -266,6 +269,7 @@ def main() -> None:
              ("attention: layer (dropdown)", "attention: layer (click)"),
              ("attention: query (dropdown)", "attention: query (click a cell)"),
              (None, "attention: hover a cell"),
+             (None, "attention: text strip hover"),
              ("attention: text edit (model runs)", "attention: text edit (model runs)"),
              ("mask: mask type (click)", "mask: mask type (click)"),
              ("mask: T (slider step)", "mask: T (slider step)"),

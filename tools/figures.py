@@ -31,7 +31,7 @@ __all__ = ["FigureSpec", "FigureSkipped", "Context", "FIGURES", "benchmark_figur
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DPI = 110
 ATTENTION_TEXT = "First Citizen:\nBefore we proceed"  # the first line of Tiny Shakespeare
-SAMPLE_TEXT = "First Citizen:\nBefore we proceed any further, hear me speak."  # as in explorers.ipynb
+SAMPLE_TEXT = "First Citizen:\nBefore we proceed any further, hear me speak."  # the untrained views (64 positions)
 
 
 class FigureSkipped(Exception):
@@ -179,8 +179,8 @@ def _training_curves(ctx: Context) -> Figure:
 FIGURES: list[FigureSpec] = [
     FigureSpec("attention_steps.png", _attention_steps, about="scores, mask and softmax of one head on six tokens"),
     # The explorers' static views, with the settings of notebooks/explorers.ipynb:
-    FigureSpec("explorer_attention.png", _untrained_attention(layer=0, head=0, stage="weights", query=20),
-               about="attention explorer: one head, query 20 (untrained model)", dpi=100, tight=False),
+    FigureSpec("explorer_attention.png", _trained_attention(layer=0, head=2, stage="weights", query=20), True,
+               "attention explorer: layer 0, head 2 of the trained model, query 20", dpi=100, tight=False),
     FigureSpec("explorer_attention_all_heads.png", _untrained_attention(layer=0, head="all", stage="masked"),
                about="attention explorer: all heads, masked scores (untrained model)", dpi=100, tight=False),
     FigureSpec("explorer_mask.png", _widget_view("draw_mask_view", T=8, mask="causal"),

@@ -1,11 +1,12 @@
 """What every explorer shares: the browser module it runs, the talk with it, and the static picture.
 
-An explorer is an :class:`anywidget.AnyWidget`: its controls are traits synced with a small ES
-module (``static/``) that draws in the browser. Python computes what needs torch or random draws
-(once per text, or once up front) and sends it as compact binary arrays; the browser computes the
-cheap stages itself, so a click or a hover never waits for Python, and a page exported with the
-widget state keeps working without a kernel. The same view data also draws the static matplotlib
-picture (``draw_*_view``, ``save_png``) for figures, GitHub's preview and PNG export.
+An explorer is an :class:`anywidget.AnyWidget`: its controls are traits synced with an ES module
+(``static/``, bundled from ``js/src``) that draws in the browser. Python computes every number an
+explorer shows (with :mod:`gpt_lesson.attention` and :mod:`gpt_lesson.experiments`), once per text or
+once up front, and sends them as compact binary arrays; the browser looks them up, formats and draws,
+so a click or a hover never waits for Python, and a page exported with the widget state keeps working
+without a kernel. The static matplotlib picture (``draw_*_view``, ``save_png``) is drawn from the same
+numbers, for figures, GitHub's preview and PNG export.
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import base64
 import io
 import json
 import os
-import re
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,56 +31,22 @@ from matplotlib.text import Text
 from matplotlib.transforms import offset_copy
 
 from ..i18n import language
+from ..validation import check_choice
 from .html_view import html_view
 from .labels import labels_for
 
-__all__ = ["ExplorerWidget", "Painter", "check_choice", "check_index", "new_figure", "row_entropy", "dynamic_title",
-           "one_thread", "esm", "esm_data", "esm_source", "CSS", "pack_tensor", "embedded_state", "thin_tick_labels"]
+__all__ = ["ExplorerWidget", "Painter", "new_figure", "row_entropy", "dynamic_title", "one_thread", "esm", "esm_data",
+           "esm_source", "CSS", "pack_tensor", "unpack_tensor", "embedded_state", "thin_tick_labels"]
 
 PNG_DPI = 80
 STATIC = Path(__file__).with_name("static")
 
 
-def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
-    """Raise a ValueError unless ``value`` is one of ``choices`` (a TypeError for unhashable values)."""
-    try:
-        ok = value in choices
-    except TypeError:
-        ok = False
-    if not ok or isinstance(value, bool):
-        raise ValueError(f"{name}={value!r} is not one of {tuple(choices)}")
-    return value
-
-
-def check_index(name: str, value: object, size: int, what: str) -> int:
-    """Raise unless ``value`` is an int in [0, size): ``what`` names the thing being indexed."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}={value!r} must be an integer, got {type(value).__name__}")
-    if not 0 <= value < size:
-        raise ValueError(f"{name}={value} is out of range: {what} has {size}, so use 0..{size - 1}")
-    return value
-
-
-# -- the browser side --------------------------------------------------------------------------------
-_IMPORT_CORE = re.compile(r"^import\s*\{[^}]*\}\s*from\s*\"\./core\.mjs\";\s*$", re.MULTILINE)
-_COMMENT_LINE = re.compile(r"^\s*//.*\n", re.MULTILINE)
-
-
 @cache
 def esm_source(name: str) -> str:
-    """The ES module of one explorer: ``static/core.mjs`` followed by ``static/<name>.mjs``.
-
-    The explorer's own file imports the core (so Node can load it in the tests); here the two are
-    joined into one module, as a bundler would, since a widget's module is a single string.
-    Comment lines and indentation are left out.
-    """
-    core = (STATIC / "core.mjs").read_text(encoding="utf-8")
-    own = (STATIC / f"{name}.mjs").read_text(encoding="utf-8")
-    if not _IMPORT_CORE.search(own):
-        raise RuntimeError(f"static/{name}.mjs does not import from ./core.mjs as expected")
-    source = core + "\n" + _IMPORT_CORE.sub("", own)
-    source = _COMMENT_LINE.sub("", source)
-    return "\n".join(line.strip() for line in source.splitlines() if line.strip()) + "\n"
+    """The ES module of one explorer: ``static/<name>.mjs``, bundled by esbuild from ``js/src`` (see
+    ``js/build.mjs``) with the shared core and d3-format, since a widget's module is one string."""
+    return (STATIC / f"{name}.mjs").read_text(encoding="utf-8")
 
 
 # The module travels in every saved widget state (once per explorer in a notebook and in an exported

@@ -1,8 +1,9 @@
-"""Attention explorer: one head of a ``gpt_lesson`` model, stage by stage, on text the learner types.
+"""Attention explorer: every head of a ``gpt_lesson`` model, stage by stage, on text the learner types.
 
-Python runs the model once per text (:mod:`.attention_data`) and sends q, k and v of every layer and
-head to the browser (``static/attention.mjs``), which computes the stages, the read-outs and the
-step-through itself. :class:`AttentionPainter` draws the same view with matplotlib.
+Python runs the model once per text and computes every number the explorer shows (:mod:`.attention_data`);
+the browser (``js/src/attention.mjs``) looks them up, writes the read-outs and draws: the heatmap of a
+stage, the text strip tinted by the chosen query's weights, the layers x heads overview and the
+step-through of one (query, key) cell. :class:`AttentionPainter` draws the same numbers with matplotlib.
 """
 from __future__ import annotations
 
@@ -17,18 +18,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..model import GPT
+from ..validation import check_choice
 from ..viz import plot_attention, token_labels
-from ._common import (
-    CSS,
-    ExplorerWidget,
-    Painter,
-    check_choice,
-    check_index,
-    dynamic_title,
-    esm,
-    one_thread,
-    thin_tick_labels,
-)
+from ._common import CSS, ExplorerWidget, Painter, dynamic_title, esm, one_thread, thin_tick_labels
 from .attention_data import (
     DEFAULT_TEXT,
     STAGES,
@@ -37,14 +29,16 @@ from .attention_data import (
     attention_view_data,
     check_head,
     check_model_and_tokenizer,
+    check_position,
     encode_text,
     notice_text,
-    readout_lines,
 )
 from .labels import label
 
-__all__ = ["STAGES", "AttentionData", "encode_text", "attention_view_data", "attention_payload", "readout_lines",
+__all__ = ["STAGES", "COLOR_SCALES", "AttentionData", "encode_text", "attention_view_data", "attention_payload",
            "AttentionPainter", "draw_attention_view", "AttentionExplorer"]
+
+COLOR_SCALES = ("shared", "own")  # the signed stages on one colour scale (the raw scores'), or each on its own
 
 ATTENTION_FIGSIZE = (11.0, 6.4)  # room for the truncation notice under the title
 
@@ -61,9 +55,13 @@ def _shown(matrix: torch.Tensor) -> np.ndarray:
     return np.where(np.isfinite(data), data, np.nan)
 
 
-def _signed_limit(matrix: torch.Tensor) -> float:
-    finite = matrix[torch.isfinite(matrix)]
-    return float(finite.abs().max()) if finite.numel() and float(finite.abs().max()) > 0 else 1.0
+def _signed_limit(view: dict) -> float:
+    """The colour range of the signed stages: the largest |raw score| of the head (or the layer's heads)
+    for raw, scaled and masked alike, so the scaling is seen; with colors="own", the stage's own range."""
+    lim = view["readouts"]["limit"]
+    if view.get("colors", "shared") == "own" and view["stage"] != "raw":
+        lim *= view["scale"]
+    return lim if lim > 0 else 1.0
 
 
 def _fit_ylim(ax, values: list[float]) -> None:
@@ -79,12 +77,11 @@ class AttentionPainter(Painter):
 
     def build(self, fig: Figure, view: dict) -> None:
         if view.get("error"):
-            fig.text(0.5, 0.5, view["error"], ha="center", va="center", fontsize=11, color="tab:red", wrap=True)
+            fig.text(0.5, 0.5, view["error"], ha="center", va="center", fontsize=11, color="#b2182b", wrap=True)
             return
         self.title = fig.suptitle(" ", fontsize=12, y=0.985)
         # the truncation notice sits under the title, never on it
-        self.notice = fig.text(0.5, 0.925, notice_text(view), fontsize=9, ha="center", color="tab:red")
-        self.footer = fig.text(0.01, 0.012, "", fontsize=8.5, va="bottom")
+        self.notice = fig.text(0.5, 0.925, notice_text(view), fontsize=9, ha="center", color="#b2182b")
         if view["head"] == "all":
             self._build_grid(fig, view)
         else:
@@ -100,8 +97,8 @@ class AttentionPainter(Painter):
 
     def _build_one(self, fig: Figure, view: dict) -> None:
         T, tokens = view["T"], view["tokens"]
-        gs = fig.add_gridspec(3, 2, width_ratios=[1.3, 1], hspace=0.95, wspace=0.3,
-                              left=0.09, right=0.97, top=0.86, bottom=0.17)
+        gs = fig.add_gridspec(3, 2, width_ratios=[1.3, 1], hspace=1.45, wspace=0.3,
+                              left=0.09, right=0.97, top=0.88, bottom=0.12)
         self.ax = ax = fig.add_subplot(gs[:, 0])
         self.im, self.shade = self._heatmap(ax, view, tokens)
         self.legend = ax.get_legend()
@@ -114,11 +111,14 @@ class AttentionPainter(Painter):
             hint.text(0.0, 0.5, "\n".join(textwrap.wrap(label("attention", "hint_pick_query"), 46)),
                       fontsize=10, va="center", color="0.3")
             return
-        self.row_rect = ax.add_patch(Rectangle((-0.5, 0), T, 1, fill=False, edgecolor="tab:orange", linewidth=2))
-        self.cell_rect = ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor="tab:red", linewidth=2))
+        # marks that do not rely on hue: a thick black box with a white line inside, around the row and the cell
+        self.row_rect = [ax.add_patch(Rectangle((-0.5, 0), T, 1, fill=False, edgecolor=c, linewidth=w))
+                         for c, w in (("black", 3.5), ("white", 1.2))]
+        self.cell_rect = [ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor=c, linewidth=w))
+                          for c, w in (("black", 3.0), ("white", 1.0))]
         hs = view["head_size"]
         self.ax_row = fig.add_subplot(gs[0, 1])
-        self.row_bars = self.ax_row.bar(range(T), np.zeros(T), color="tab:blue")
+        self.row_bars = self.ax_row.bar(range(T), np.zeros(T), color="#2166ac")
         self.future = self.ax_row.add_patch(Rectangle((0, 0), 0, 1, transform=self.ax_row.get_xaxis_transform(),
                                                       facecolor="0.85", edgecolor="0.35", hatch="///", linewidth=0))
         self.ax_row.set_ylim(0, 1)
@@ -133,7 +133,7 @@ class AttentionPainter(Painter):
         self.ax_qk.set_ylabel("q[d]·k[d]", fontsize=8)
         self.ax_v = fig.add_subplot(gs[2, 1])
         self.out_bars = self.ax_v.bar(range(hs), np.zeros(hs), color="0.6", label=label("attention", "legend_output"))
-        self.share_bars = self.ax_v.bar(range(hs), np.zeros(hs), width=0.45, color="tab:red",
+        self.share_bars = self.ax_v.bar(range(hs), np.zeros(hs), width=0.45, color="black",
                                         label=label("attention", "legend_share"))
         self.ax_v.axhline(0, color="0.4", linewidth=0.8)
         self.ax_v.set_xlim(-0.6, hs - 0.4)
@@ -172,12 +172,11 @@ class AttentionPainter(Painter):
         who = label("attention", "all_heads") if head == "all" else label("attention", "head_title", h=head)
         self.title.set_text(label("attention", "heat_title", layer=view["layer"], who=who,
                                   stage=_stage_title(view), T=view["T"]))
-        self.footer.set_text("\n".join(readout_lines(view)))
         stage = view["stage"]
         signed = stage != "weights"
         shaded = stage in ("masked", "weights")
         matrix = view["matrix"]
-        lim = _signed_limit(matrix) if signed else 1.0
+        lim = _signed_limit(view) if signed else 1.0
         images = self.images if head == "all" else [self.im]
         for h, im in enumerate(images):
             im.set_data(_shown(matrix[h] if head == "all" else matrix))
@@ -209,11 +208,13 @@ class AttentionPainter(Painter):
             return
         T, i, j = view["T"], cell["query"], cell["key"]
         labels = token_labels(view["tokens"])
-        self.row_rect.set_y(i - 0.5)
-        self.cell_rect.set_xy((j - 0.5, i - 0.5))
+        for r in self.row_rect:
+            r.set_y(i - 0.5)
+        for r in self.cell_rect:
+            r.set_xy((j - 0.5, i - 0.5))
         for c, (bar, w) in enumerate(zip(self.row_bars, cell["row"].tolist())):
             bar.set_height(w)
-            bar.set_color("tab:red" if c == j else "tab:blue")
+            bar.set_color("black" if c == j else "#2166ac")
         if mask is not None:
             self.future.set_x(i + 0.5)
             self.future.set_width(T - 1 - i)
@@ -221,12 +222,13 @@ class AttentionPainter(Painter):
         prods = cell["products"].tolist()
         for bar, p in zip(self.qk_bars, prods):
             bar.set_height(p)
-            bar.set_color("tab:green" if p >= 0 else "tab:purple")
+            bar.set_color("#b2182b" if p >= 0 else "#2166ac")
         _fit_ylim(self.ax_qk, prods)
-        step = label("attention", "step_visible" if cell["visible"] else "step_masked")
+        chain = (label("attention", "chain", scale=view["scale"], scaled=cell["scaled"], sum=cell["sum_exp"],
+                       n=cell["n_visible"], w=cell["weight"]) if cell["visible"]
+                 else label("attention", "chain_masked", scale=view["scale"], scaled=cell["scaled"]))
         self.qk_title.set_text(label("attention", "dot_title", i=i, j=j, n=len(prods), dot=cell["dot"]) + "\n"
-                               + label("attention", "chain", scale=view["scale"], scaled=cell["scaled"], step=step,
-                                       w=cell["weight"]))
+                               + "\n".join(textwrap.wrap(chain, 70)))
         out, share = cell["output"].tolist(), cell["contribution"].tolist()
         for bar, o in zip(self.out_bars, out):
             bar.set_height(o)
@@ -245,15 +247,19 @@ def draw_attention_view(
     query: int | None = None,
     *,
     key: int | None = None,
+    colors: str = "shared",
     fig: Figure | None = None,
 ) -> Figure:
     """The attention explorer's picture for these settings, as a matplotlib Figure.
 
     ``head`` is a number or ``"all"`` (a grid of every head); ``stage`` one of
     ``"raw"``, ``"scaled"``, ``"masked"``, ``"weights"``; ``query`` a token position
-    whose row and (query, key) step-through are shown.
+    whose row and (query, key) step-through are shown; ``colors`` ``"shared"`` (raw, scaled
+    and masked on the raw scores' colour scale) or ``"own"``.
     """
+    check_choice("colors", colors, COLOR_SCALES)
     view = attention_view_data(AttentionData(model, tokenizer, text), layer, head, stage, query, key)
+    view["colors"] = colors
     return AttentionPainter().draw(view, fig)
 
 
@@ -262,13 +268,15 @@ class AttentionExplorer(ExplorerWidget):
 
     Controls (traits, settable from Python too): ``text``, ``layer``, ``head`` (a number or
     ``"all"``), ``stage``, ``query`` and ``key`` (None: none / the key with the largest weight).
-    The model runs once per text (results cached); every other control is answered in the
-    browser. ``view`` holds what Python computed for the current settings.
+    ``colors``: ``"shared"`` (default) draws raw, scaled and masked scores on one colour scale, so the
+    scaling shows; ``"own"`` gives each stage its own. The model runs once per text (results cached);
+    every other control is answered in the browser. ``view`` holds what Python computed for the
+    current settings.
     """
 
     kind = "attention"
     painter = AttentionPainter
-    _controls = ("text", "layer", "head", "stage", "query", "key")
+    _controls = ("text", "layer", "head", "stage", "query", "key", "colors")
     cache_size = 16
     _esm = esm("attention")
     _css = CSS
@@ -279,6 +287,7 @@ class AttentionExplorer(ExplorerWidget):
     stage = traitlets.Unicode("weights").tag(sync=True)
     query = traitlets.Int(None, allow_none=True).tag(sync=True)
     key = traitlets.Int(None, allow_none=True).tag(sync=True)
+    colors = traitlets.Unicode("shared").tag(sync=True)
 
     def __init__(
         self,
@@ -291,14 +300,16 @@ class AttentionExplorer(ExplorerWidget):
         stage: str = "weights",
         query: int | None = None,
         key: int | None = None,
+        colors: str = "shared",
     ) -> None:
         check_model_and_tokenizer(model, tokenizer)
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         cfg = model.config
-        check_index("layer", layer, cfg.n_layer, "the model's layer list")
+        check_position("layer", layer, cfg.n_layer, "the model's layer list")
         check_head(head, cfg.n_head)
         check_choice("stage", stage, STAGES)
+        check_choice("colors", colors, COLOR_SCALES)
         self.model, self.tokenizer = model, tokenizer
         self._cache: OrderedDict[str, AttentionData] = OrderedDict()
         self.data: AttentionData | None = None
@@ -306,7 +317,7 @@ class AttentionExplorer(ExplorerWidget):
         self.model_runs = 0
         self.view: dict = {}
         self._ready = False
-        super().__init__(text=text, layer=layer, head=head, stage=stage)
+        super().__init__(text=text, layer=layer, head=head, stage=stage, colors=colors)
         self._load_text(text)
         if query is not None or key is not None:
             if self.data is None:
@@ -320,7 +331,7 @@ class AttentionExplorer(ExplorerWidget):
     # -- checks of values set from Python ---------------------------------------------------------
     @traitlets.validate("layer")
     def _valid_layer(self, proposal):
-        return check_index("layer", proposal["value"], self.model.config.n_layer, "the model's layer list")
+        return check_position("layer", proposal["value"], self.model.config.n_layer, "the model's layer list")
 
     @traitlets.validate("head")
     def _valid_head(self, proposal):
@@ -330,11 +341,15 @@ class AttentionExplorer(ExplorerWidget):
     def _valid_stage(self, proposal):
         return check_choice("stage", proposal["value"], STAGES)
 
+    @traitlets.validate("colors")
+    def _valid_colors(self, proposal):
+        return check_choice("colors", proposal["value"], COLOR_SCALES)
+
     @traitlets.validate("query", "key")
     def _valid_position(self, proposal):
         value = proposal["value"]
         if value is not None and self.data is not None:
-            check_index(proposal["trait"].name, value, self.data.T, "the text's token list")
+            check_position(proposal["trait"].name, value, self.data.T, "the text's token list")
         return value
 
     # -- what each change recomputes -------------------------------------------------------------
@@ -354,7 +369,7 @@ class AttentionExplorer(ExplorerWidget):
             self._load_text(change["new"])
             self._update()
 
-    @traitlets.observe("layer", "head", "stage", "query", "key")
+    @traitlets.observe("layer", "head", "stage", "query", "key", "colors")
     def _on_control(self, change) -> None:
         if self._ready:
             self._update()
@@ -386,8 +401,4 @@ class AttentionExplorer(ExplorerWidget):
         key = None if query is None else self.key
         with one_thread():
             self.view = attention_view_data(self.data, self.layer, self.head, self.stage, query, key)
-
-    @property
-    def readout(self) -> str:
-        """The read-out lines the explorer shows under the picture, as Python computes them."""
-        return "\n".join(readout_lines(self.view)) if "readouts" in self.view else self.error
+        self.view["colors"] = self.colors

@@ -10,8 +10,8 @@ RISE slideshow - the page shows the HTML view, whose controls, hovers and clicks
 new text needs the kernel, and the text box says so). The frame is isolated from the page (its own
 document, styles and scripts) and sets its own height from the explorer's.
 
-The payload's binary arrays are stored once, as base64 of the same bytes the widget sends (they are
-float32/int16/int8 numbers that deflate does not shrink); the rest (traits, labels, style sheet) is
+The payload's binary arrays are stored once, deflated (the zeros above the diagonal of causal weights
+and the high bytes of int16 numbers shrink), in base64; the rest (traits, labels, style sheet) is
 deflated JSON.
 """
 from __future__ import annotations
@@ -32,7 +32,6 @@ STATIC = Path(__file__).with_name("static")
 MARKER = "data-gpt-lesson-explorer-view"  # the attribute that names the explorer in the <iframe> tag
 # The frame's height before its script has measured the explorer (px); then it follows the explorer.
 FRAME_HEIGHTS = {"attention": 640, "mask": 600, "scaling": 620}
-_COMMENT_LINE = re.compile(r"^\s*//.*\n", re.MULTILINE)
 _DOCUMENT = ('<!DOCTYPE html><html><head><meta charset="utf-8"><style>html,body{{margin:0;padding:0;'
              'overflow:hidden;background:#fff}}</style></head><body><div id="gl-view"></div>'
              '<script type="module">const GL = {{ code: "{code}", meta: "{meta}", data: "{data}" }};\n{boot}'
@@ -44,8 +43,8 @@ _FRAME = ('<iframe class="gpt-lesson-explorer-view gpt-lesson-{kind}-explorer" {
 
 @cache
 def _boot() -> str:
-    source = _COMMENT_LINE.sub("", (STATIC / "html_view.mjs").read_text(encoding="utf-8"))
-    return "\n".join(line.strip() for line in source.splitlines() if line.strip()) + "\n"
+    """The frame's script: ``static/html_view.mjs`` as esbuild bundled it (``js/build.mjs``)."""
+    return (STATIC / "html_view.mjs").read_text(encoding="utf-8")
 
 
 def _b64(data: bytes) -> str:
@@ -77,7 +76,7 @@ def html_view(kind: str, state: dict, *, code: str, css: str, title: str) -> str
     meta = json.dumps({"kind": kind, "state": plain, "css": css, "buffers": spans}, separators=(",", ":"),
                       ensure_ascii=False, allow_nan=False)
     document = _DOCUMENT.format(code=code, meta=_b64(zlib.compress(meta.encode("utf-8"), 9)),
-                                data=_b64(b"".join(buffers)), boot=_boot())
+                                data=_b64(zlib.compress(b"".join(buffers), 9)), boot=_boot())
     return _FRAME.format(kind=kind, marker=MARKER, title=html.escape(title), height=FRAME_HEIGHTS[kind],
                          srcdoc=html.escape(document, quote=True))
 
@@ -99,7 +98,7 @@ def read_html_view(view: str) -> dict:
     if set(fields) != {"code", "meta", "data"}:
         raise ValueError(f"the view's document lacks {sorted({'code', 'meta', 'data'} - set(fields))}")
     meta = json.loads(zlib.decompress(base64.b64decode(fields["meta"])))
-    data = base64.b64decode(fields["data"])
+    data = zlib.decompress(base64.b64decode(fields["data"]))
 
     def restore(x):
         if isinstance(x, dict):

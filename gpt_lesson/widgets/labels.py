@@ -1,10 +1,11 @@
 """Every label, tooltip and read-out of the explorers, as one table of templates.
 
-The templates use Python's format syntax with named fields (``{w:.3f}``). Python formats them
-with ``str.format`` for its read-outs and static figures; the browser formats the same templates
-with a small implementation of the same syntax (``static/core.mjs``: ``fmt``), so the two say the
-same thing. Each string goes through :func:`gpt_lesson.i18n._` when the table is built: a
-translated catalogue gives every explorer its language without touching the front end.
+The templates use the format mini-language with named fields (``{w:.3f}``). The browser formats
+them with d3-format (``js/src/core.mjs``: ``fmt``), which implements the same mini-language; the
+static pictures format their titles with Python's ``str.format``. The read-out lines under each
+explorer are written by the browser only. Each string goes through :func:`gpt_lesson.i18n._` when
+the table is built: a translated catalogue gives every explorer its language without touching the
+front end.
 """
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ def _attention() -> dict[str, str]:
     return {
         "text": _("text"),
         "tip_text": _("The text the model reads. Edit it and the model runs again (newlines are kept and shown as ⏎)."),
+        "error_empty": _("The text is empty: type at least one character."),
+        "error_unknown": _("The model does not know {n} of these characters: {chars}. It reads only the {vocab} "
+                           "characters of the text it was trained on: replace or delete them. The numbers below "
+                           "are those of the last text it could read."),
+        "kernel_lost": _("Python does not answer (was the kernel restarted?): run this cell again to edit the "
+                         "text. Every other control still works."),
         "tip_text_static": _("Editing the text needs a running Python kernel; every other control works here."),
         "layer": _("layer"),
         "tip_layer": _("Show the attention of layer {i}"),
@@ -45,9 +52,26 @@ def _attention() -> dict[str, str]:
         "tip_stage_masked": _("Scaled scores with the future set to −∞ (masked_fill)"),
         "tip_stage_weights": _("Softmax over each row: the attention weights"),
         "tip_clear_query": _("Clear the query (Esc)"),
+        "colors": _("colours"),
+        "colors_shared": _("shared"),
+        "colors_own": _("per stage"),
+        "tip_colors_shared": _("Raw, scaled and masked scores on one colour scale (the raw scores'), so the "
+                               "scaling shows"),
+        "tip_colors_own": _("Each stage on its own colour scale"),
+        "stage_change": _("spread of a row's scores (std): q·k {raw:.2f} → × {scale:.3g} → {scaled:.2f}; then "
+                          "the mask (−∞) and exp(s) / Σ exp(s)"),
+        "tip_strip": _("The text: hover a character to preview its row (its weights tint the text), click it to "
+                       "pick it as the query"),
+        "tip_char": _("key {j} '{tok}': weight {w:.3f}"),
+        "tip_char_pick": _("{j} '{tok}': hover to preview its row, click to pick it"),
+        "overview_title": _("Every layer and head (softmax weights): click one to open it."),
+        "tip_overview": _("Every layer and head of the model: click a thumbnail to open it"),
+        "tip_thumb": _("layer {layer}, head {h}: mean row entropy {e:.2f} nats (click to open)"),
+        "layer_short": _("layer {i}"),
+        "head_short": _("h{h}"),
         "tip_heatmap": _("Attention heatmap: hover a cell for its numbers, click a cell to pick the query and key; "
-                         "arrow keys move them"),
-        "rows_sum_to_one": _("every row sums to 1 (to within {tol:.0e})"),
+                         "arrow keys move them, Esc clears them and gives the keyboard back to the notebook"),
+        "rows_sum_to_one": _("every row sums to 1 (to within 1e-5)"),
         "rows_do_not_sum_to_one": _("the rows do not sum to 1: largest |sum − 1| = {err:.1e}"),
         "mean_entropy": _("mean row entropy {h:.2f} nats"),
         "largest_weight": _("largest weight {w:.3f}"),
@@ -65,8 +89,6 @@ def _attention() -> dict[str, str]:
         "title_scaled": _("scaled scores QKᵀ × {scale:.3g}"),
         "title_masked": _("masked scores (future = −∞)"),
         "title_weights": _("softmax weights"),
-        "tip_pick_query": _("click: query {i} '{tok}'"),
-        "tip_pick_key": _("click: key {j} '{tok}'"),
         "hover_cell": _("query {i} '{tok}' → key {j} '{ktok}'"),
         "hover_raw": _("raw score q·k {v:.3f}"),
         "hover_scaled": _("scaled score {v:.3f}"),
@@ -76,18 +98,18 @@ def _attention() -> dict[str, str]:
         "hover_masked_cell": _("the future: masked, weight 0"),
         "hint_all_heads": _("Every head of the layer, same colour scale. Click a head to open it, with its rows and "
                             "the step-through of one (query, key) cell."),
-        "hint_pick_query": _("Click a row (or a token on the left) to pick a query: its weights over the keys "
-                             "appear here, with the step-through of one (query, key) cell: q·k, the scaling, the "
-                             "mask, the softmax and the weighted sum of V. Click a column for another key."),
+        "hint_pick_query": _("Click a cell of the heatmap (or a character of the text) to pick a query: its "
+                             "weights over the keys appear here, with the step-through of one (query, key) cell: "
+                             "q·k, the scaling, the mask, the softmax and the weighted sum of V."),
         "axis_key_position": _("key position (hatched: the future, masked)"),
         "tip_bar_key": _("key {j} '{tok}': weight {w:.3f} (click to step through)"),
         "axis_channel": _("channel d of the head"),
         "tip_product": _("channel {c}: q[d]·k[d] = {q:.3f} × {k:.3f} = {p:.4f}"),
-        "step_visible": _("visible"),
-        "step_masked": _("masked → −∞"),
         "row_title": _("query {i} '{tok}': its weights over the keys"),
         "dot_title": _("q[{i}]·k[{j}] = Σ of {n} products = {dot:.3f}"),
-        "chain": _("× {scale:.3g} = {scaled:.3f} → {step} → softmax weight {w:.3f}"),
+        "chain": _("× {scale:.3g} = {scaled:.3f} → visible → exp({scaled:.3f}) / Σ exp over the {n} visible keys "
+                   "({sum:.4g}) = weight {w:.3f}"),
+        "chain_masked": _("× {scale:.3g} = {scaled:.3f} → masked: −∞ → exp(−∞) = 0: weight 0"),
         "legend_output": _("output of the query = Σ_j w_j·v_j"),
         "legend_share": _("the chosen key's share w·v"),
         "notice_truncated": _("The text has {n} tokens; showing the first {block} (the model's block_size={block})."),
@@ -153,11 +175,11 @@ def _scaling() -> dict[str, str]:
         "tau_suffix": _(", τ = {t:.3g}"),
         "scaling_title": _("d_k = {d_k}, scaling {label}: scores × {scale:.4g}"),
         "axis_score": _("score"),
-        "axis_density": _("density"),
+        "axis_count": _("pairs per bin"),
         "hist_title": _("scale·q·k of {n} random pairs: variance {v:.2f}"),
         "legend_measured": _("measured"),
         "legend_normal": _("normal with the theory's variance"),
-        "tip_bin": _("scores in [{a:.3g}, {b:.3g}): density {d:.3g}"),
+        "tip_bin": _("scores in [{a:.3g}, {b:.3g}): {c:.0f} pairs"),
         "axis_d_k": _("d_k (head size)"),
         "axis_variance": _("variance"),
         "variance_title": _("variance of the scores vs d_k"),
@@ -168,13 +190,14 @@ def _scaling() -> dict[str, str]:
         "row_softmax_title": _("softmax of one query's scores: max {m:.2f}, entropy {h:.2f} nats"),
         "legend_uniform": _("uniform 1/{T}"),
         "tip_softmax_bar": _("key {j}: weight {w:.3f}"),
-        "saturation_title": _("saturation: a one-hot softmax passes almost no gradient"),
+        "saturation_title": _("saturation (mean of {n} queries): a one-hot softmax passes almost no gradient"),
         "legend_entropy": _("entropy (nats)"),
         "legend_gradient": _("softmax gradient size"),
         "legend_no_scaling": _("dashed: no scaling"),
         "tip_saturation": _("d_k = {d}: entropy {h:.2f} nats, gradient {g:.3f} (no scaling: {h0:.2f}, {g0:.3f})"),
-        "scaling_readout": _("variance of scale·q·k: {v:.2f} (theory {t:.2f}) · softmax of one row: largest weight "
-                             "{m:.3f}, entropy {h:.3f} nats (uniform ln {T} = {u:.2f}) · softmax gradient size {g:.4f}"),
+        "scaling_readout": _("variance of scale·q·k: {v:.2f} (theory {t:.2f}) · softmax over {T} keys, mean of {n} "
+                             "queries: largest weight {m:.3f}, entropy {h:.3f} nats (uniform ln {T} = {u:.2f}), "
+                             "gradient size {g:.4f}"),
     }
 
 

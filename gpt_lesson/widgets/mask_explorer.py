@@ -1,12 +1,16 @@
 """Mask explorer: the ``tril`` mask, ``masked_fill(-inf)``, the softmax, and what leaks without it.
 
-Python draws the random demo queries and keys for every T of the slider once and sends their
-scores; the browser (``static/mask.mjs``) applies the chosen mask and the softmax itself.
+Every number is computed here, with :mod:`gpt_lesson.attention`, by :func:`mask_view_data`: for the
+explorer, once up front for every setting its controls reach (:func:`mask_payload`). Every mask of the
+explorer lets each query row see a first run of the keys (the past, the real tokens, or both), so the
+weights of any setting are the softmax of a row over its first ``m`` keys: the payload holds those
+for every row and every ``m``, and, per setting, how many keys each row sees, the leak and the NaN
+rows. The browser (``js/src/mask.mjs``) looks them up, formats the read-outs and draws.
 """
 from __future__ import annotations
 
 import math
-import textwrap
+from functools import cache
 
 import numpy as np
 import torch
@@ -15,12 +19,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ..attention import apply_mask, attention_scores, attention_weights, causal_mask, padding_mask
-from ..validation import check_positive_int
+from ..validation import check_choice, check_positive_int
 from ..viz import plot_attention, shade_masked
-from ._common import CSS, ExplorerWidget, Painter, check_choice, esm, one_thread
+from ._common import CSS, ExplorerWidget, Painter, esm, one_thread
 from .labels import label
 
-__all__ = ["MASKS", "MAX_T", "mask_matrix", "demo_scores", "mask_view_data", "readout_lines", "MaskPainter",
+__all__ = ["MASKS", "MAX_T", "mask_matrix", "demo_scores", "mask_view_data", "mask_payload", "MaskPainter",
            "draw_mask_view", "MaskExplorer"]
 
 MASKS = ("causal", "none", "padding", "causal+padding")
@@ -28,6 +32,7 @@ MAX_T = 32  # beyond this the cells are too small to read
 SLIDER_MAX_T = 16
 MASK_FIGSIZE = (10.0, 8.6)
 _D_DEMO = 8  # size of the random demo queries and keys
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def default_n_real(T: int) -> int:
@@ -55,11 +60,23 @@ def _check_n_real(n_real: object, T: int) -> int:
 
 
 def demo_scores(T: int, seed: int = 0) -> torch.Tensor:
-    """Scaled scores (T, T) of ``T`` random queries and keys of size 8, drawn with ``seed``."""
+    """Scaled scores (T, T) of ``T`` random queries and keys of size 8, drawn with ``seed``.
+
+    The draws are made for MAX_T positions and cut: the scores of a shorter sequence are the top-left
+    corner of a longer one's, so changing T keeps the numbers of the positions that stay.
+    """
+    check_positive_int("T", T)
+    if T > MAX_T:
+        raise ValueError(f"T={T} is too long to draw readably; use T <= {MAX_T}")
+    return _all_scores(seed)[:T, :T].clone()
+
+
+@cache
+def _all_scores(seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn(T, _D_DEMO, generator=g)
-    k = torch.randn(T, _D_DEMO, generator=g)
-    return attention_scores(q, k)  # (T, T), scaled by 1/sqrt(d_k)
+    q = torch.randn(MAX_T, _D_DEMO, generator=g)
+    k = torch.randn(MAX_T, _D_DEMO, generator=g)
+    return attention_scores(q, k)  # (MAX_T, MAX_T), scaled by 1/sqrt(d_k)
 
 
 def mask_view_data(T: int = 8, mask: str = "causal", n_real: int | None = None, seed: int = 0) -> dict:
@@ -67,7 +84,7 @@ def mask_view_data(T: int = 8, mask: str = "causal", n_real: int | None = None, 
 
     ``leak`` is the weight that goes to future keys (column > row), averaged over the
     query rows that are not NaN: exactly 0 with a causal mask. ``nan_rows`` lists the
-    rows whose every key is hidden (their softmax is 0/0 = NaN); ``explanation`` says why.
+    rows whose every key is hidden (their softmax is 0/0 = NaN).
     """
     check_positive_int("T", T)
     if T > MAX_T:
@@ -86,29 +103,38 @@ def mask_view_data(T: int = 8, mask: str = "causal", n_real: int | None = None, 
     leak = float((weights * future)[ok].sum() / ok.sum()) if bool(ok.any()) else float("nan")
     view = {"T": T, "mask_name": mask, "n_real": n_real, "mask": m, "scores": scores, "masked": masked,
             "weights": weights, "leak": leak, "nan_rows": nan_rows}
-    view["explanation"] = _explanation(view)
     return view
 
 
-def _explanation(view: dict) -> str:
-    """Why the weights look as they do, in the current language."""
-    if view["nan_rows"]:
-        return label("mask", "explain_nan", rows=", ".join(map(str, view["nan_rows"])))
-    if view["mask_name"] in ("causal", "causal+padding"):
-        return label("mask", "explain_causal")
-    return label("mask", "explain_no_nan")
+@cache
+def _payload(seed: int) -> dict:
+    return mask_payload(seed, SLIDER_MAX_T)
 
 
-def _leak_text(view: dict) -> str:
-    if math.isnan(view["leak"]):  # no row has a distribution to measure
-        return label("mask", "leak_undefined")
-    verdict = label("mask", "verdict_none" if view["leak"] == 0 else "verdict_leak")
-    return label("mask", "leak", leak=view["leak"], verdict=verdict)
+def mask_payload(seed: int = 0, max_T: int = 16) -> dict:
+    """Every number the browser needs for the slider's settings (T = 1..max_T, every mask and real-token count).
 
-
-def readout_lines(view: dict) -> list[str]:
-    """The read-out lines under the explorer, from Python's numbers (the browser writes the same)."""
-    return [_leak_text(view), _explanation(view)]
+    ``prefix`` holds, for each query row i and each m = 1..max_T, the softmax of the row's first m scores
+    (what :func:`mask_view_data` computes for a mask that shows that row m keys); ``states`` maps each
+    setting to how many keys each row sees, the leak (None: undefined) and the NaN rows, all from
+    :func:`mask_view_data`.
+    """
+    M = max_T
+    with one_thread():
+        prefix = torch.stack([mask_view_data(M, "padding", m, seed)["weights"] for m in range(1, M + 1)], 1)  # (i, m, j)
+        states = {}
+        for T in range(1, M + 1):
+            for mask in MASKS:
+                for n_real in (range(T + 1) if "padding" in mask else (default_n_real(T),)):
+                    v = mask_view_data(T, mask, n_real, seed)
+                    key = f"{T}|{mask}|{n_real}" if "padding" in mask else f"{T}|{mask}"
+                    # the keys each row sees, one base-36 digit per row ("0".."g")
+                    seen = "".join(_DIGITS[int(x)] for x in v["mask"].sum(-1).tolist())
+                    states[key] = {"visible": seen,
+                                   "leak": None if math.isnan(v["leak"]) else v["leak"], "nan_rows": v["nan_rows"]}
+        limits = [float(demo_scores(T, seed).abs().max()) for T in range(1, M + 1)]
+    return {"max_T": M, "seed": seed, "scores": demo_scores(M, seed).numpy().tobytes(),
+            "prefix": prefix.to(torch.float32).contiguous().numpy().tobytes(), "states": states, "limits": limits}
 
 
 class MaskPainter(Painter):
@@ -133,7 +159,6 @@ class MaskPainter(Painter):
             self.cells.append([[ax.text(j, i, "", ha="center", va="center", fontsize=8) for j in range(T)]
                                for i in range(T)] if T <= 8 else [])
         self.title = fig.suptitle(" ", fontsize=12)
-        self.footer = fig.text(0.01, 0.012, "", fontsize=9, va="bottom")
 
     def update(self, view: dict) -> None:
         T, m, w = view["T"], view["mask"], view["weights"]
@@ -180,8 +205,6 @@ class MaskPainter(Painter):
             ax2.get_legend().remove()
         pad = label("mask", "title_padding", n=view["n_real"]) if "padding" in view["mask_name"] else ""
         self.title.set_text(label("mask", "mask_title", mask=label("mask", "mask_" + view["mask_name"]), T=T, pad=pad))
-        # wrapped, so the last words stay inside the figure
-        self.footer.set_text("\n".join(textwrap.fill(line, 120) for line in readout_lines(view)))
 
 
 def draw_mask_view(T: int = 8, mask: str = "causal", *, n_real: int | None = None, seed: int = 0,
@@ -217,10 +240,7 @@ class MaskExplorer(ExplorerWidget):
         self.view = mask_view_data(T, mask, n_real, seed)  # validates every argument before any widget exists
         self.seed = seed
         self._ready = False
-        with one_thread():
-            scores = torch.cat([demo_scores(t, seed).reshape(-1) for t in range(1, SLIDER_MAX_T + 1)])
-        payload = {"max_T": SLIDER_MAX_T, "seed": seed, "scores": scores.to(torch.float32).numpy().tobytes()}
-        super().__init__(T=T, mask=mask, n_real=self.view["n_real"], payload=payload)
+        super().__init__(T=T, mask=mask, n_real=self.view["n_real"], payload=_payload(seed))
         self._ready = True
 
     @traitlets.validate("T")
@@ -250,8 +270,3 @@ class MaskExplorer(ExplorerWidget):
         if self._ready:
             with one_thread():  # tiny tensors: a second thread costs more than it saves
                 self.view = mask_view_data(self.T, self.mask, min(self.n_real, self.T), self.seed)
-
-    @property
-    def readout(self) -> str:
-        """The read-out lines the explorer shows under the picture, as Python computes them."""
-        return "\n".join(readout_lines(self.view))

@@ -1,8 +1,8 @@
-// Runs the explorers' browser modules under Node on inputs that Python wrote, and prints what
-// they compute as JSON; tests/test_explorers_js.py compares it with Python's numbers.
+// Runs the explorers' browser modules (the bundles the package ships, static/*.mjs) under Node on
+// payloads Python wrote, and prints what they read and write as JSON; tests/test_explorers_js.py
+// compares it with Python's numbers and with Python's formatting of the same templates.
 //   node tests/js/check_explorers.mjs cases.json > results.json
 import { readFileSync } from "node:fs";
-import * as core from "../../gpt_lesson/widgets/static/core.mjs";
 import * as attention from "../../gpt_lesson/widgets/static/attention.mjs";
 import * as mask from "../../gpt_lesson/widgets/static/mask.mjs";
 import * as scaling from "../../gpt_lesson/widgets/static/scaling.mjs";
@@ -19,51 +19,46 @@ function revive(x) {
 
 // NaN and infinities survive JSON as strings
 const out = (a) => Array.from(a, (v) => (Number.isFinite(v) ? v : String(v)));
-const labeller = (table) => (key, fields) => core.fmt(table[key], fields);
+const labeller = (table) => (key, fields) => attention.fmt(table[key], fields);
 
 const cases = revive(JSON.parse(readFileSync(process.argv[2], "utf8")));
 const results = {};
 
-results.format = cases.format.map(([spec, x]) => core.formatNumber(x, spec));
-
-results.stages = cases.stages.map((c) => {
-  const q = Float64Array.from(c.q), k = Float64Array.from(c.k);
-  const st = core.stages(q, k, c.T, c.d, c.scale, c.causal ? core.causalMask(c.T) : null);
-  return Object.fromEntries(Object.entries(st).map(([name, m]) => [name, out(m)]));
-});
+results.format = cases.format.map(([spec, x]) => attention.formatValue(x, spec));
+results.templates = cases.templates.map(([template, fields]) => attention.fmt(template, fields));
 
 results.attention = cases.attention.map((c) => {
   const data = attention.decode(c.payload), L = labeller(c.labels);
   const heads = [];
   for (let layer = 0; layer < data.L; layer++) {
     for (let head = 0; head < data.H; head++) {
-      const st = attention.headStages(data, layer, head);
-      heads.push(Object.fromEntries(Object.entries(st).map(([name, m]) => [name, out(m)])));
+      heads.push(Object.fromEntries(["raw", "scaled", "masked", "weights"].map((stage) =>
+        [stage, out(attention.stageMatrix(data, stage, layer, head))])));
     }
   }
   const cells = c.cells.map(([layer, head, query, key]) => {
     const s = attention.cellStep(data, layer, head, query, key);
     return { key: s.key, dot: s.dot, raw: s.raw, scaled: s.scaled, visible: s.visible, weight: s.weight,
-      products: out(s.products), output: out(s.output), contribution: out(s.contribution) };
+      sum_exp: s.sum_exp, n_visible: s.n_visible, products: out(s.products), output: out(s.output),
+      contribution: out(s.contribution) };
   });
-  const readouts = c.readouts.map(([layer, head, query]) => attention.readoutLines(L, data, layer, head, query, null));
-  return { heads, cells, readouts };
+  const readouts = c.readouts.map(([layer, head, query]) => attention.readoutLines(L, data, layer, head, query));
+  const stageLines = c.readouts.map(([layer, head]) => attention.stageLine(L, data, layer, head));
+  return { heads, cells, readouts, stageLines };
 });
 
 results.mask = cases.mask.map((c) => {
-  const scores = mask.demoScores(c.payload, c.T), v = mask.maskView(scores, c.T, c.mask, c.n_real);
-  return { mask: out(v.mask), masked: out(v.masked), weights: out(v.weights), leak: String(v.leak),
-    nan_rows: v.nan_rows, lines: mask.readoutLines(labeller(c.labels), v) };
+  const v = mask.maskView(c.payload, c.T, c.mask, c.n_real);
+  return { mask: out(v.mask), scores: out(v.scores), masked: out(v.masked), weights: out(v.weights),
+    leak: String(v.leak), nan_rows: v.nan_rows, lines: mask.readoutLines(labeller(c.labels), v) };
 });
 
 results.scaling = cases.scaling.map((c) => {
   const v = scaling.scalingView(c.payload, c.d_k, c.scaling, c.temperature);
-  const curves = scaling.curves(c.payload, c.scaling, c.temperature);
-  return { scale: v.scale, variance: v.variance, theory_variance: v.theory_variance,
-    weights: out(v.softmax.weights), max_weight: v.softmax.max_weight, entropy: v.softmax.entropy,
-    grad_norm: v.softmax.grad_norm, edges: out(v.histogram.edges), density: out(v.histogram.density),
-    curves: { entropy: curves.map((x) => x.entropy), grad_norm: curves.map((x) => x.grad_norm),
-      variance: curves.map((x) => x.variance) },
+  const curve = v.curve(v.setting);
+  return { scale: v.scale, variance: v.variance, theory: v.theory, lo: v.lo, hi: v.hi, weights: out(v.weights),
+    max_weight: v.max_weight, entropy: v.entropy, mean_entropy: v.mean_entropy, mean_grad_norm: v.mean_grad_norm,
+    counts: out(v.counts), curve_entropy: curve.map((r) => r.mean_entropy), temperature: v.temperature,
     line: scaling.readoutLine(labeller(c.labels), v) };
 });
 

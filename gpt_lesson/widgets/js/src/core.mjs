@@ -1,119 +1,12 @@
-// What the three explorers share: the stages of gpt_lesson.attention, number formatting in
-// Python's format mini-language (one table of templates serves Python and the browser), colour
-// maps, crisp canvases at any device-pixel ratio, small charts, controls and the tooltip.
-// The math functions touch no DOM, so Node runs them in the tests against Python's numbers.
+// What the three explorers share: reading Python's arrays, formatting the label table's templates
+// (d3-format), colour maps, crisp canvases, small charts, controls that keep their keys, the tooltip,
+// and the conversation with the kernel. Every number an explorer shows was computed by Python
+// (gpt_lesson.attention, gpt_lesson.experiments) and arrives in its payload: nothing here computes
+// attention, a softmax or a statistic.
+import { formatLocale } from "d3-format";
 
-// ---- the stages, as gpt_lesson.attention computes them ----------------------------------------
-
-// scores[i, j] = scale * sum_d q[i, d] k[j, d]; q is (Tq, d), k is (Tk, d), row-major.
-export function attentionScores(q, k, Tq, Tk, d, scale = 1) {
-  const out = new Float64Array(Tq * Tk);
-  for (let i = 0; i < Tq; i++) {
-    for (let j = 0; j < Tk; j++) {
-      let s = 0;
-      for (let c = 0; c < d; c++) s += q[i * d + c] * k[j * d + c];
-      out[i * Tk + j] = s * scale;
-    }
-  }
-  return out;
-}
-
-// tril(ones(T, T)): 1 where the query (row) may look at the key (column).
-export function causalMask(T) {
-  const m = new Uint8Array(T * T);
-  for (let i = 0; i < T; i++) for (let j = 0; j <= i; j++) m[i * T + j] = 1;
-  return m;
-}
-
-// Right padding: every query may look at the first nReal keys only.
-export function paddingMask(nReal, T) {
-  const m = new Uint8Array(T * T);
-  for (let i = 0; i < T; i++) for (let j = 0; j < nReal; j++) m[i * T + j] = 1;
-  return m;
-}
-
-export function andMasks(a, b) {
-  return a.map((x, n) => x & b[n]);
-}
-
-// scores.masked_fill(mask == 0, -inf)
-export function applyMask(scores, mask) {
-  return scores.map((x, n) => (mask[n] ? x : -Infinity));
-}
-
-// softmax over each row, like torch: exp(x - max) / sum; a row of -inf gives NaN (0/0).
-export function softmaxRows(x, rows, cols) {
-  const out = new Float64Array(rows * cols);
-  for (let i = 0; i < rows; i++) {
-    let m = -Infinity;
-    for (let j = 0; j < cols; j++) m = Math.max(m, x[i * cols + j]);
-    let sum = 0;
-    for (let j = 0; j < cols; j++) {
-      const e = Math.exp(x[i * cols + j] - m);
-      out[i * cols + j] = e;
-      sum += e;
-    }
-    for (let j = 0; j < cols; j++) out[i * cols + j] /= sum;
-  }
-  return out;
-}
-
-// -sum w log w per row, in nats (0 log 0 = 0), like torch.special.xlogy.
-export function rowEntropy(w, rows, cols) {
-  const out = new Float64Array(rows);
-  for (let i = 0; i < rows; i++) {
-    let h = 0;
-    for (let j = 0; j < cols; j++) {
-      const p = w[i * cols + j];
-      if (Number.isNaN(p)) { h = NaN; break; }
-      if (p > 0) h -= p * Math.log(p);
-    }
-    out[i] = h;
-  }
-  return out;
-}
-
-export function rowSums(w, rows, cols) {
-  const out = new Float64Array(rows);
-  for (let i = 0; i < rows; i++) {
-    let s = 0;
-    for (let j = 0; j < cols; j++) s += w[i * cols + j];
-    out[i] = s;
-  }
-  return out;
-}
-
-// The four stages of one head: raw q.k, scaled, masked (mask may be null) and softmax weights.
-export function stages(q, k, T, d, scale, mask) {
-  const raw = attentionScores(q, k, T, T, d, 1);
-  const scaled = attentionScores(q, k, T, T, d, scale);
-  const masked = mask ? applyMask(scaled, mask) : scaled;
-  return { raw, scaled, masked, weights: softmaxRows(masked, T, T) };
-}
-
-// What experiments.softmax_stats reports for one row of probabilities p.
-export function softmaxStats(p) {
-  let max = -Infinity, entropy = 0, sq = 0;
-  for (const x of p) {
-    max = Math.max(max, x);
-    entropy -= x * Math.log(Math.max(x, 1e-30));
-  }
-  // Frobenius norm of the softmax Jacobian diag(p) - p p^T
-  for (let i = 0; i < p.length; i++) {
-    for (let j = 0; j < p.length; j++) {
-      const v = (i === j ? p[i] : 0) - p[i] * p[j];
-      sq += v * v;
-    }
-  }
-  return { max_weight: max, entropy, grad_norm: Math.sqrt(sq) };
-}
-
-// experiments.scale_factor
-export function scaleFactor(dK, scaling, temperature) {
-  if (scaling === "none") return 1;
-  if (scaling === "sqrt") return 1 / Math.sqrt(dK);
-  return 1 / Math.sqrt(dK) / temperature;
-}
+// Python's minus sign ("-", not d3's default U+2212), so both sides write the same text
+const LOCALE = formatLocale({ decimal: ".", thousands: ",", grouping: [3], currency: ["", ""], minus: "-" });
 
 // ---- data sent by Python ----------------------------------------------------------------------
 
@@ -125,95 +18,55 @@ function bytesOf(view) {
 
 // Little-endian typed arrays (copied, so the alignment of the message's buffer does not matter).
 export function float32s(view) {
-  const b = bytesOf(view);
-  return new Float32Array(b.slice().buffer);
+  return new Float32Array(bytesOf(view).slice().buffer);
 }
 
-// A tensor of shape (..., channels) stored as int16 (or int8) with one float32 scale per
-// channel group: value = integer * scale[group]. Python's pack_tensor writes it.
+// A tensor Python's pack_tensor wrote: float32, or int16/int8 with one float32 scale per channel of
+// each group of rows (value = integer * scale), as a Float64Array in the tensor's row-major order.
 export function unpack(packed) {
   const b = bytesOf(packed.data);
   if (packed.dtype === "float32") return Float64Array.from(new Float32Array(b.slice().buffer));
   const ints = packed.dtype === "int16" ? new Int16Array(b.slice().buffer) : new Int8Array(b.slice().buffer);
   const scales = float32s(packed.scales);
-  const ch = packed.channels, out = new Float64Array(ints.length);
-  const rows = packed.rows_per_group; // rows sharing one set of channel scales
-  for (let n = 0; n < ints.length; n++) {
-    const group = Math.floor(n / (rows * ch));
-    out[n] = ints[n] * scales[group * ch + (n % ch)];
-  }
+  const ch = packed.channels, rows = packed.rows_per_group, out = new Float64Array(ints.length);
+  for (let n = 0; n < ints.length; n++) out[n] = ints[n] * scales[Math.floor(n / (rows * ch)) * ch + (n % ch)];
   return out;
 }
 
-// ---- formatting: the subset of Python's str.format that the label table uses ------------------
+// ---- formatting: the label table's templates, "{name:spec}", with d3-format ----------------------
 
-function pad2(e) {
-  const s = String(Math.abs(e));
-  return (e < 0 ? "-" : "+") + (s.length < 2 ? "0" + s : s);
+// The table writes specs in Python's format mini-language (Python formats the static pictures);
+// d3-format follows the same language, except that "g" keeps trailing zeros unless asked ("~").
+const FORMATS = new Map();
+function formatter(spec) {
+  if (!FORMATS.has(spec)) FORMATS.set(spec, LOCALE.format(spec.replace(/~?g$/, "~g")));
+  return FORMATS.get(spec);
 }
 
-// x.toFixed(n) with Python's rounding: JS rounds an exact half away from zero, Python to the
-// even digit (f"{0.125:.2f}" is "0.12"). Halves are rare, but 1/8 is a weight of uniform attention.
-function fixed(x, n) {
-  const exact = Math.abs(x).toFixed(Math.min(100, n + 30));
-  const dot = exact.indexOf("."), cut = dot + n + 1; // cut: the first digit dropped
-  if (exact[cut] === "5" && /^0*$/.test(exact.slice(cut + 1))) {
-    const kept = exact.slice(0, n === 0 ? dot : cut);
-    if (Number(kept[kept.length - 1]) % 2 === 0) return (x < 0 ? "-" : "") + kept;
-  }
-  return x.toFixed(n);
-}
-
-// str(x) of a Python float: the shortest repr, with Python's exponent style
-function pyRepr(x) {
-  const s = String(x);
-  if (!s.includes("e")) return s;
-  const [mant, e] = s.split("e");
-  return (mant.includes(".") ? mant : mant) + "e" + pad2(Number(e));
-}
-
-// Python's "{:.ne}": n digits after the point, the exponent with a sign and two digits at least,
-// and exact halves rounded to the even digit
-function expo(x, n) {
-  let [mant, e] = x.toExponential(n).split("e");
-  const [em, ee] = Math.abs(x).toExponential(Math.min(100, n + 30)).split("e");
-  const digits = em.replace(".", "");
-  if (digits[n + 1] === "5" && /^0*$/.test(digits.slice(n + 2)) && Number(digits[n]) % 2 === 0) {
-    mant = (x < 0 ? "-" : "") + digits[0] + (n > 0 ? "." + digits.slice(1, n + 1) : "");
-    e = ee;
-  }
-  return mant + "e" + pad2(Number(e));
-}
-
-function strip(s) {
-  return s.includes(".") ? s.replace(/0+$/, "").replace(/\.$/, "") : s;
-}
-
-export function formatNumber(x, spec) {
+export function formatValue(x, spec) {
   if (typeof x !== "number") return String(x);
   if (Number.isNaN(x)) return "nan";
   if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
-  if (!spec) return Number.isInteger(x) ? String(x) : pyRepr(x);
-  const m = /^\.(\d+)([feg%])$/.exec(spec);
-  if (spec === "d") return String(Math.round(x));
-  if (!m) return String(x);
-  const n = Number(m[1]), kind = m[2];
-  if (kind === "f") return fixed(x, n);
-  if (kind === "%") return fixed(100 * x, n) + "%";
-  if (kind === "e") return expo(x, n);
-  // g: n significant digits, exponent form when exp < -4 or exp >= n, trailing zeros removed
-  const p = Math.max(n, 1);
-  if (x === 0) return "0";
-  const [mant, e] = expo(x, p - 1).split("e");
-  const exp = Number(e);
-  if (exp < -4 || exp >= p) return strip(mant) + "e" + pad2(exp);
-  return strip(fixed(x, p - 1 - exp));
+  if (!spec) return String(x);
+  let out = formatter(spec)(x);
+  // Python keeps the sign of a negative number that rounds to zero ("-0.000"), d3-format drops it;
+  // Python writes at least two exponent digits ("1.02e+03"), d3-format one
+  if ((x < 0 || Object.is(x, -0)) && !out.includes("-")) out = "-" + out;
+  return out.replace(/e([+-])(\d)$/, "e$10$2");
 }
 
 // fmt("query {i} '{tok}': {w:.3f}", {i: 3, tok: "a", w: 0.25}) -> "query 3 'a': 0.250"
 export function fmt(template, fields = {}) {
   return template.replace(/\{(\w+)(?::([^{}]*))?\}/g, (whole, name, spec) =>
-    name in fields ? formatNumber(fields[name], spec) : whole);
+    name in fields ? formatValue(fields[name], spec) : whole);
+}
+
+// The label table Python sent: L("key", fields) formats one template.
+export function labeller(model) {
+  return (key, fields) => {
+    const t = (model.get("labels") || {})[key];
+    return t === undefined ? key : fmt(t, fields);
+  };
 }
 
 // ---- colour maps (colour-blind safe: viridis for weights, RdBu reversed for signed scores) -----
@@ -243,16 +96,19 @@ export function lut(name) {
   return LUTS[name];
 }
 
+function lutIndex(t) {
+  return 3 * Math.max(0, Math.min(255, Math.round(t * 255)));
+}
+
 export function colorAt(name, t) {
-  const l = lut(name), n = Math.max(0, Math.min(255, Math.round(t * 255)));
-  return `rgb(${l[3 * n]},${l[3 * n + 1]},${l[3 * n + 2]})`;
+  const l = lut(name), n = lutIndex(t);
+  return `rgb(${l[n]},${l[n + 1]},${l[n + 2]})`;
 }
 
 // dark text on light cells, white on dark ones
 export function textColorAt(name, t) {
-  const l = lut(name), n = Math.max(0, Math.min(255, Math.round(t * 255)));
-  const y = 0.299 * l[3 * n] + 0.587 * l[3 * n + 1] + 0.114 * l[3 * n + 2];
-  return y < 128 ? "#fff" : "#111";
+  const l = lut(name), n = lutIndex(t);
+  return 0.299 * l[n] + 0.587 * l[n + 1] + 0.114 * l[n + 2] < 128 ? "#fff" : "#111";
 }
 
 // ---- DOM helpers ----------------------------------------------------------------------------
@@ -270,14 +126,56 @@ export function h(tag, attrs = {}, children = []) {
   return el;
 }
 
-// A row of toggle buttons; options are [value, label, tooltip].
+// Where the keyboard goes back to on Esc: the notebook cell around the explorer (JupyterLab, Notebook 7),
+// so its shortcuts work again; elsewhere the control just lets go of the focus.
+function giveFocusBack(el) {
+  el.blur();
+  const cell = el.closest(".jp-Cell");
+  const notebook = el.closest(".jp-Notebook");
+  if (cell && notebook) {
+    const app = typeof window !== "undefined" ? window.jupyterapp : null;
+    const panel = app && app.shell && app.shell.currentWidget;
+    if (panel && panel.content && panel.content.node === notebook && typeof panel.content.activate === "function") {
+      panel.content.mode = "command";
+      panel.content.activate();
+      return;
+    }
+    (notebook.tabIndex >= 0 ? notebook : cell).focus();
+  }
+}
+
+// A focusable control keeps its keys: JupyterLab matches its shortcuts (m, a, b, x, d d, arrows ...)
+// on the focused element itself, so every control carries the attribute that tells Lumino to leave
+// its keys alone (an attribute on an outer box does not help). Esc gives the focus back to the notebook.
+export function ownKeys(el, onEscape) {
+  el.setAttribute("data-lm-suppress-shortcuts", "true");
+  el.addEventListener("keydown", (e) => {
+    if (e.key !== "Escape") return;
+    if (onEscape) onEscape(e);
+    e.preventDefault();
+    e.stopPropagation();
+    giveFocusBack(el);
+  });
+  return el;
+}
+
+// A row of toggle buttons; options are [value, label, tooltip]. Left/right arrows move between them.
 export function buttonGroup(name, options, onPick) {
   const el = h("div", { class: "gl-group", role: "group", "data-control": name });
   const buttons = new Map();
+  const list = [];
   for (const [value, label, tip] of options) {
-    const b = h("button", { type: "button", class: "gl-btn", title: tip, "data-value": String(value), text: label });
+    const b = ownKeys(h("button", { type: "button", class: "gl-btn", title: tip, "data-value": String(value), text: label }));
     b.addEventListener("click", () => onPick(value));
+    b.addEventListener("keydown", (e) => {
+      const step = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 }[e.key];
+      if (!step) return;
+      e.preventDefault();
+      const n = list.indexOf(b), next = list[Math.max(0, Math.min(list.length - 1, n + step))];
+      if (next !== b && !next.disabled) { next.focus(); next.click(); }
+    });
     buttons.set(String(value), b);
+    list.push(b);
     el.append(b);
   }
   return {
@@ -295,8 +193,8 @@ export function buttonGroup(name, options, onPick) {
 
 // A labelled range slider; onInput gets the number while dragging.
 export function slider(name, { label, tip, min, max, step = 1, value, onInput, show }) {
-  const input = h("input", { type: "range", min, max, step, value, title: tip, "aria-label": label,
-    "data-control": name });
+  const input = ownKeys(h("input", { type: "range", min, max, step, value, title: tip, "aria-label": label,
+    "data-control": name }));
   const out = h("span", { class: "gl-readout" });
   const wrap = h("label", { class: "gl-slider", title: tip }, [h("span", { class: "gl-label", text: label }), input, out]);
   input.addEventListener("input", () => onInput(Number(input.value)));
@@ -344,7 +242,7 @@ export class Tooltip {
   hide() { this.el.style.display = "none"; }
 }
 
-// ---- canvases ---------------------------------------------------------------------------------
+// ---- layout ----------------------------------------------------------------------------------
 
 // The height the explorer may fill: the window's. Inside the explorer's HTML view (a frame whose
 // height follows the explorer, html_view.mjs), the page around the frame decides instead.
@@ -352,6 +250,24 @@ export function viewHeight() {
   if (typeof window === "undefined") return 900;
   const fromHost = typeof window.glViewHeight === "function" ? window.glViewHeight() : 0;
   return fromHost || window.innerHeight || 900;
+}
+
+// Call onWidth(width) when the element's width changes, in the next animation frame: a redraw inside
+// the observer's own callback changes the layout it measures ("ResizeObserver loop completed with
+// undelivered notifications"). The window's height also sizes the pictures: a window resize counts.
+export function watchSize(el, onWidth) {
+  let width = 0, frame = 0;
+  const later = () => {
+    if (frame) return;
+    frame = requestAnimationFrame(() => { frame = 0; onWidth(width); });
+  };
+  const observer = new ResizeObserver((entries) => {
+    const w = Math.round(entries[0].contentRect.width);
+    if (w !== width) { width = w; later(); }
+  });
+  observer.observe(el);
+  window.addEventListener("resize", later);
+  return () => { observer.disconnect(); window.removeEventListener("resize", later); if (frame) cancelAnimationFrame(frame); };
 }
 
 // Size a canvas in CSS pixels and draw in CSS pixels at the screen's resolution.
@@ -405,29 +321,15 @@ export function edges(x0, size, n, dpr) {
   return e;
 }
 
-// Draw a (rows, cols) matrix; color(value) gives a CSS colour or null for a hidden cell.
-export function drawMatrix(ctx, values, rows, cols, box, color, hidden, pattern) {
-  const dpr = ctx.dpr || 1;
-  const xs = edges(box.x, box.w, cols, dpr), ys = edges(box.y, box.h, rows, dpr);
-  for (let i = 0; i < rows; i++) {
-    for (let j = 0; j < cols; j++) {
-      const n = i * cols + j;
-      ctx.fillStyle = hidden && hidden(n) ? pattern : color(values[n], n);
-      ctx.fillRect(xs[j], ys[i], xs[j + 1] - xs[j], ys[i + 1] - ys[i]);
-    }
-  }
-  return { xs, ys };
-}
-
-// The same picture as drawMatrix for a large matrix, fast: one pixel per cell in an image that is
-// scaled up without smoothing (crisp blocks), then the hidden cells covered with the pattern in
-// one fill. value -> t in [0, 1] -> colour map; non-finite values are light grey.
-export function drawMatrixImage(ctx, values, rows, cols, box, cmap, t, hidden, pattern) {
+// Draw a (rows, cols) matrix, one pixel per cell in an image scaled up without smoothing (crisp
+// blocks), then the hidden cells covered with the pattern in one fill. value -> t in [0, 1] ->
+// colour map; non-finite values are light grey; colorOf(n) may override a cell's colour.
+export function drawMatrix(ctx, values, rows, cols, box, cmap, t, hidden, pattern, colorOf) {
   const l = lut(cmap), img = new ImageData(cols, rows), px = img.data;
   for (let n = 0; n < rows * cols; n++) {
-    const v = values[n];
-    if (Number.isFinite(v)) {
-      const k = 3 * Math.max(0, Math.min(255, Math.round(t(v) * 255)));
+    const v = values[n], own = colorOf ? colorOf(n) : null;
+    if (own) { px[4 * n] = own[0]; px[4 * n + 1] = own[1]; px[4 * n + 2] = own[2]; } else if (Number.isFinite(v)) {
+      const k = lutIndex(t(v));
       px[4 * n] = l[k]; px[4 * n + 1] = l[k + 1]; px[4 * n + 2] = l[k + 2];
     } else {
       px[4 * n] = px[4 * n + 1] = px[4 * n + 2] = 0xe3;
@@ -459,17 +361,24 @@ export function drawMatrixImage(ctx, values, rows, cols, box, cmap, t, hidden, p
   return { xs, ys };
 }
 
+// A selection mark that does not depend on hue: a thick black box with a white line inside it.
+export function markBox(ctx, x, y, w, hgt, width = 3) {
+  ctx.save();
+  ctx.lineWidth = width;
+  ctx.strokeStyle = "#000";
+  ctx.strokeRect(x + width / 2, y + width / 2, w - width, hgt - width);
+  ctx.lineWidth = 1;
+  ctx.strokeStyle = "#fff";
+  ctx.strokeRect(x + width + 0.5, y + width + 0.5, Math.max(0, w - 2 * width - 1), Math.max(0, hgt - 2 * width - 1));
+  ctx.restore();
+}
+
 // A vertical colour bar of a colour map as one gradient (top = 1).
 export function colorbarGradient(ctx, x, y, w, hgt, cmap) {
   const g = ctx.createLinearGradient(0, y + hgt, 0, y);
   for (let n = 0; n <= 10; n++) g.addColorStop(n / 10, colorAt(cmap, n / 10));
   ctx.fillStyle = g;
   ctx.fillRect(x, y, w, hgt);
-}
-
-// Tick labels along a matrix: every step-th, so they never overlap.
-export function labelStep(n, pixels, minPx = 12) {
-  return Math.max(1, Math.ceil(n / Math.max(1, Math.floor(pixels / minPx))));
 }
 
 // Nice round tick values between lo and hi (about n of them).
@@ -486,8 +395,8 @@ export function tickText(v) {
   if (v === 0) return "0";
   const a = Math.abs(v);
   if (Number.isInteger(v) && a < 1e5) return String(v);
-  if (a >= 1e4 || a < 1e-3) return formatNumber(v, ".0e");
-  return String(Number(v.toPrecision(3)));
+  if (a >= 1e4 || a < 1e-3) return formatValue(v, ".0e");
+  return formatValue(v, ".3~g");
 }
 
 // A small chart: a frame with x and y scales, ticks and axis titles.
@@ -500,7 +409,7 @@ export class Chart {
   scales(x, y) {
     // x, y: {lo, hi, log?: base}
     const map = (s, a, b) => {
-      const f = s.log ? (v) => Math.log(v) / Math.log(s.log) : (v) => v;
+      const f = s.log ? (v) => Math.log10(v) / Math.log10(s.log) : (v) => v;
       const lo = f(s.lo), hi = f(s.hi);
       return (v) => a + ((f(v) - lo) / (hi - lo || 1)) * (b - a);
     };
@@ -561,18 +470,24 @@ export class Chart {
     c.restore();
     return this;
   }
-  // bars centred on x with a width in x units; colors: one CSS colour or a function of the index
-  bars(xs, ys, width, colors) {
+  // bars from x0[n] to x1[n] (x units); colors: one CSS colour or a function of the index
+  spans(x0, x1, ys, colors) {
     const c = this.ctx, y0 = this.y(Math.max(this.ys.lo, Math.min(this.ys.hi, 0)));
     c.save();
     c.beginPath(); c.rect(this.box.x, this.box.y, this.box.w, this.box.h); c.clip();
-    xs.forEach((x, n) => {
-      const a = this.x(x - width / 2), b = this.x(x + width / 2), y = this.y(ys[n]);
+    ys.forEach((v, n) => {
+      const a = this.x(x0[n]), b = this.x(x1[n]), y = this.y(v);
       c.fillStyle = typeof colors === "function" ? colors(n) : colors;
       c.fillRect(a, Math.min(y, y0), Math.max(1, b - a), Math.abs(y - y0));
     });
     c.restore();
     return this;
+  }
+  // bars centred on the integers 0..n-1, `width` wide
+  bars(ys, width, colors) {
+    const x0 = [], x1 = [];
+    ys.forEach((_, n) => { x0.push(n - width / 2); x1.push(n + width / 2); });
+    return this.spans(x0, x1, ys, colors);
   }
   hline(v, color = "#666", dash = null) {
     const c = this.ctx, y = Math.round(this.y(v)) + 0.5;
@@ -580,9 +495,9 @@ export class Chart {
     c.beginPath(); c.moveTo(this.box.x, y); c.lineTo(this.box.x + this.box.w, y); c.stroke(); c.restore();
     return this;
   }
-  vline(v, color = "#d62728") {
+  vline(v, color = "#000") {
     const c = this.ctx, x = Math.round(this.x(v)) + 0.5;
-    c.save(); c.strokeStyle = color; c.lineWidth = 1.5;
+    c.save(); c.strokeStyle = color; c.lineWidth = 2; c.setLineDash([4, 2]);
     c.beginPath(); c.moveTo(x, this.box.y); c.lineTo(x, this.box.y + this.box.h); c.stroke(); c.restore();
     return this;
   }
@@ -619,14 +534,6 @@ export function probeKernel(model, onLive, wait = 2000) {
   return () => { clearTimeout(timer); model.off("msg:custom", onMsg); };
 }
 
-// The label table Python sent: L("key", fields) formats one template.
-export function labeller(model) {
-  return (key, fields) => {
-    const t = (model.get("labels") || {})[key];
-    return t === undefined ? key : fmt(t, fields);
-  };
-}
-
 // Run fn once per task however many traits changed (several arrive together).
 export function batched(fn) {
   let queued = false;
@@ -642,4 +549,30 @@ export function painted(root) {
   const n = Number(root.dataset.paints || 0) + 1;
   root.dataset.paints = String(n);
   root.dataset.paintedAt = String(typeof performance !== "undefined" ? performance.now() : 0);
+}
+
+// Mount an explorer's view: build it once in a new root box of el, then draw it again (batched) when
+// one of the traits `names` changes and when the output area changes width. Returns the teardown.
+export function mount(view, model, el, kind, names) {
+  view.model = model;
+  view.L = labeller(model);
+  view.root = h("div", { class: `gl-explorer gl-${kind}`, "data-explorer": kind });
+  el.append(view.root);
+  view.build();
+  view.redraw = batched(() => view.draw());
+  for (const n of names) model.on("change:" + n, view.redraw);
+  const stopWatch = watchSize(el, (w) => { view.width = w; view.draw(); });
+  view.draw();
+  return () => {
+    stopWatch();
+    for (const n of names) model.off("change:" + n, view.redraw);
+  };
+}
+
+// The width of a text in the canvases' font (px), to leave room for labels before a canvas is sized.
+let MEASURE = null;
+export function textWidth(text, font = FONT) {
+  if (!MEASURE) MEASURE = document.createElement("canvas").getContext("2d");
+  MEASURE.font = font;
+  return MEASURE.measureText(text).width;
 }
