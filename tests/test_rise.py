@@ -232,18 +232,22 @@ def _change_a_control(doc) -> tuple[list[str], list[str]]:
     kind = doc.evaluate("() => document.querySelector('[data-explorer]').dataset.explorer")
     root = f"[data-explorer={kind}]"
     if kind == "mask":
-        from gpt_lesson.widgets.mask_explorer import mask_view_data, readout_lines
+        from explorer_readouts import mask_lines
+
+        from gpt_lesson.widgets.mask_explorer import mask_view_data
 
         doc.locator(f"{root} [data-control=mask] [data-value=none]").click()
         T, n_real = (int(doc.locator(f"{root} input[data-control={n}]").input_value()) for n in ("T", "n_real"))
-        want = readout_lines(mask_view_data(T, "none", n_real))
+        want = mask_lines(mask_view_data(T, "none", n_real))
     elif kind == "scaling":
-        from gpt_lesson.widgets.scaling_explorer import ScalingData, readout_lines
+        from explorer_readouts import scaling_line
+
+        from gpt_lesson.widgets.scaling_explorer import ScalingData
 
         doc.locator(f"{root} [data-control=scaling] [data-value=none]").click()
         d_k = int(doc.evaluate(f"() => document.querySelector('{root} [data-control=d_k]').closest('label')"
                                ".querySelector('.gl-readout').textContent"))
-        want = readout_lines(ScalingData().view(d_k, "none"))
+        want = [scaling_line(ScalingData().view(d_k, "none"))]
     else:
         raise AssertionError(f"the lesson's explorer is a {kind} explorer: teach this test its control")
     readout = doc.locator(f"{root} [data-part=readout]")
