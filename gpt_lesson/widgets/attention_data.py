@@ -13,6 +13,7 @@ import math
 import torch
 
 from ..attention import apply_mask, attention_scores, attention_weights, causal_mask, weighted_sum
+from ..capture import attention_records
 from ..model import GPT
 from ..viz import token_labels
 from ._common import check_choice, check_index, one_thread, pack_tensor, row_entropy
@@ -79,7 +80,7 @@ class AttentionData:
         device = next(model.parameters()).device
         idx = torch.tensor([self.ids], dtype=torch.long, device=device)
         with one_thread():
-            records = model.attention_records(idx)
+            records = attention_records(model, idx)
         self.records = [{name: t.cpu() for name, t in rec.items()} for rec in records]
         self.scale_arg = cfg.attn_scale  # None: attention_scores uses 1/sqrt(d_k), as the model does
         self.scale = cfg.head_size ** -0.5 if cfg.attn_scale is None else cfg.attn_scale
