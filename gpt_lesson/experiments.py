@@ -43,9 +43,12 @@ __all__ = [
     "residual_stream_variance",
     "layernorm_placement_gradients",
     "default_dtype",
+    "score_gradients",
 ]
 
 SCALINGS = ("none", "sqrt", "temperature")
+_ADAM_EPS = 1e-8  # torch.optim.Adam's default eps
+_DRAWS_PER_PASS = 20  # score_gradients: draws computed in one pass (memory stays below ~30 MB at d_k = 1024)
 
 
 def scale_factor(d_k: int, scaling: str = "sqrt", temperature: float = 1.0) -> float:
@@ -456,3 +459,60 @@ def layernorm_placement_gradients(
         for i, b in enumerate(blocks):
             totals[i] += b.ffwd.net[2].weight.grad.norm().item()
     return [t / len(seeds) for t in totals]
+
+
+def score_gradients(d_k: int, scale: float, *, T: int = 32, n_draws: int = 200, lr: float = 1e-3,
+                    seed: int = 0) -> dict:
+    """What one causal head's backward pass sends to the scores and to the queries, with and without 1/sqrt(d_k).
+
+    Each draw takes queries, keys and values with independent unit-variance entries, shape (T, d_k),
+    scores ``s = scale * q @ k^T`` with the causal mask, ``out = softmax(s) @ v``, and a random
+    unit-variance upstream gradient ``dL/d(out)``; one backward pass, in float64 (the same numbers on
+    every CPU). Means over ``n_draws`` draws (seeds ``seed, seed + 1, ...``):
+
+    * ``grad_scores``: ``||dL/ds||`` (Frobenius norm over all T x T scores): what the softmax lets through;
+    * ``grad_q`` and ``grad_k``: ``||dL/dq||`` and ``||dL/dk||``. Since ``s = scale * q.k``, ``dL/dq =
+      scale * dL/ds @ k`` and ``dL/dk = scale * dL/ds^T @ q``: the scale multiplies the backward pass too.
+      ``dL/dW_q = x^T dL/dq`` (and so for W_k), so these are what reach ``W_q`` and ``W_k``;
+    * ``top_share`` and ``top2_share``: the share of each row's squared score gradient that lands on its
+      most-weighted key, and on its two most-weighted keys, averaged over the last ``T // 2`` queries
+      (each sees more than ``T // 2`` keys);
+    * ``max_weight``: the mean largest weight of those rows;
+    * ``score_step``: ``||Δs||``, how far the (visible) scores move after one Adam step of learning rate
+      ``lr`` on q. Adam's first step moves each entry of q by about ``lr`` whatever the gradient's size,
+      so the same step moves scores that are not divided by sqrt(d_k) about sqrt(d_k) times as far.
+    """
+    check_positive_int("d_k", d_k)
+    check_number("scale", scale, minimum=0, min_open=True)
+    check_int("T", T, minimum=2)
+    check_positive_int("n_draws", n_draws)
+    check_number("lr", lr, minimum=0, min_open=True)
+    check_int("seed", seed, minimum=0)
+    hidden = torch.ones(T, T).tril() == 0
+    rows = slice(T // 2, T)
+    totals = dict.fromkeys(("grad_scores", "grad_q", "grad_k", "top_share", "top2_share", "max_weight", "score_step"),
+                           0.0)
+    for first in range(0, n_draws, _DRAWS_PER_PASS):  # a few draws at once, each from its own seed
+        draws = range(first, min(first + _DRAWS_PER_PASS, n_draws))
+        gens = [torch.Generator().manual_seed(seed + d) for d in draws]
+        q, k, v, upstream = (torch.stack([torch.randn(T, d_k, generator=g, dtype=torch.float64) for g in gens])
+                             for _ in range(4))  # each (draws, T, d_k)
+        q.requires_grad_(True)
+        k.requires_grad_(True)
+        scores = scale * q @ k.mT
+        scores.retain_grad()
+        weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+        (weights @ v).backward(upstream)  # the draws are independent: one pass gives each its own gradient
+        squared, p = scores.grad[:, rows] ** 2, weights.detach()[:, rows]
+        top2 = p.topk(2, dim=-1).indices  # (draws, rows, 2): the two most-weighted keys of each row
+        picked = squared.gather(-1, top2) / squared.sum(-1, keepdim=True)
+        with torch.no_grad():  # Adam's first step, lr * m / (sqrt(v) + eps) with m = g and v = g**2 after bias correction
+            step = -lr * q.grad / (q.grad.abs() + _ADAM_EPS)
+            moved = (scale * step @ k.detach().mT).masked_fill(hidden, 0.0)  # the scores' change: linear in q
+        for key, value in (("grad_scores", scores.grad.flatten(1).norm(dim=1)),
+                           ("grad_q", q.grad.flatten(1).norm(dim=1)), ("grad_k", k.grad.flatten(1).norm(dim=1)),
+                           ("top_share", picked[..., 0].mean(-1)),
+                           ("top2_share", picked.sum(-1).mean(-1)), ("max_weight", p.max(-1).values.mean(-1)),
+                           ("score_step", moved.flatten(1).norm(dim=1))):
+            totals[key] += float(value.sum()) / n_draws
+    return totals

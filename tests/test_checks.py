@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import cProfile
+import itertools
 import math
 import random
 from pathlib import Path
@@ -26,6 +27,7 @@ from gpt_lesson import distributed as dist_lib
 from gpt_lesson.attention import attention_scores, attention_weights, merge_heads, naive_attention, split_heads
 from gpt_lesson.data import CharTokenizer
 from gpt_lesson.model import Block, FeedForward, count_parameters_by_part
+from tests.learner_solutions import l06_ffn, l07_layer_norm, l08_gpt
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak."
 CHARS = sorted(set(TEXT))
@@ -250,7 +252,14 @@ def block_two_lines(x, ln1, sa, ln2, ffwd):
     return x + ffwd(ln2(x))
 
 
-def block_in_place(x, ln1, sa, ln2, ffwd):
+def block_in_place(x, ln1, sa, ln2, ffwd):  # changes the caller's x: named since issue 22
+    x += sa(ln1(x))
+    x += ffwd(ln2(x))
+    return x
+
+
+def block_clone_then_in_place(x, ln1, sa, ln2, ffwd):
+    x = x.clone()
     x += sa(ln1(x))
     x += ffwd(ln2(x))
     return x
@@ -362,23 +371,7 @@ def forward_in_place(model, idx):
 
 
 # --- the parameter count (08)
-def count_formula(V, C, L, block_size):
-    return {"token embedding": V * C, "position embedding": block_size * C, "attention": L * 4 * C ** 2,
-            "feed-forward": L * (8 * C ** 2 + 5 * C), "layer norms": L * 4 * C + 2 * C, "lm_head": C * V + V}
-
-
-def count_loop(V, C, L, block_size):
-    parts = dict.fromkeys(["token embedding", "position embedding", "attention", "feed-forward", "layer norms",
-                           "lm_head"], 0)
-    parts["token embedding"] += V * C
-    parts["position embedding"] += block_size * C
-    for _ in range(L):
-        parts["attention"] += C * 3 * C + C * C
-        parts["feed-forward"] += (C * 4 * C + 4 * C) + (4 * C * C + C)
-        parts["layer norms"] += 2 * (2 * C)
-    parts["layer norms"] += 2 * C
-    parts["lm_head"] += C * V + V
-    return parts
+count_formula, count_loop = l08_gpt.formula, l08_gpt.accumulated  # the corpus's own (tests/learner_solutions)
 
 
 def count_total(V, C, L, block_size):
@@ -398,31 +391,8 @@ def count_with_torch_layers(V, C, L, block_size):
 
 
 # --- loading the source model's weights (08)
-def load_strict(path, config):
-    model = GPT(config)
-    model.load_state_dict(torch.load(path, weights_only=True), strict=True)
-    return model
-
-
-def load_sizes_eval(path, config):
-    model = GPT(config.vocab_size, config.n_embd, config.n_head, config.n_layer, config.block_size)
-    model.load_state_dict(torch.load(str(path), map_location="cpu", weights_only=True))
-    return model.eval()
-
-
-def load_copy_each(path, config):
-    model = GPT(config)
-    state = torch.load(path, weights_only=True)
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            tensor.copy_(state[name])
-    return model
-
-
-def load_mmap(path, config):
-    model = GPT(config)
-    model.load_state_dict(torch.load(path, weights_only=True, mmap=True))
-    return model
+load_strict, load_sizes_eval, load_copy_each, load_mmap = l08_gpt.strict, l08_gpt.sizes_then_eval, l08_gpt.copy_each, \
+    l08_gpt.mmap
 
 
 CORRECT = {  # check -> solutions, several styles each
@@ -436,7 +406,7 @@ CORRECT = {  # check -> solutions, several styles each
     checks.check_merge_heads: [merge_contiguous_view, merge_permute_reshape, merge_cat, merge_flatten],
     checks.check_feed_forward: [ffn_lesson, NanoGPTMLP, lambda n: NanoGPTMLP(n, bias=False), RasbtFeedForward,
                                 EinsumFFN, Conv1DFFN, InPlaceTanhFFN, GELU_TANH],
-    checks.check_block: [block_two_lines, block_in_place, block_walrus, block_loop],
+    checks.check_block: [block_two_lines, block_clone_then_in_place, block_walrus, block_loop],
     checks.check_layer_norm: [ln_by_hand, ln_rsqrt, ln_mean_of_squares, ln_float64],
     checks.check_embeddings: [emb_lesson, emb_one_hot, emb_weight_indexing, emb_functional_in_place],
     checks.check_gpt_forward: [forward_karpathy, forward_loop, forward_functional, forward_in_place],
@@ -510,17 +480,7 @@ class FFNSoftmax(nn.Module):
         return self.proj(F.softmax(self.fc(x), dim=-1))
 
 
-def ffn_extra_hidden_layer(n):
-    return nn.Sequential(nn.Linear(n, 4 * n), nn.GELU(), nn.Linear(4 * n, 4 * n), nn.GELU(), nn.Linear(4 * n, n))
-
-
-class FFNWithResidual(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(n, 4 * n), nn.GELU(), nn.Linear(4 * n, n))
-
-    def forward(self, x):
-        return x + self.net(x)
+ffn_extra_hidden_layer, FFNWithResidual = l06_ffn.three_layers, l06_ffn.WithResidual
 
 
 SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -744,17 +704,7 @@ def block_post_ln(x, ln1, sa, ln2, ffwd):
     return ln2(x + ffwd(x))
 
 
-def ln_variant(**bugs):
-    def fn(x, weight, bias, eps=1e-5):
-        dim = bugs.get("dim", -1)
-        xc = x if bugs.get("no_mean") else x - x.mean(dim, keepdim=True)
-        var = x.var(dim, keepdim=True, unbiased=bool(bugs.get("unbiased")))
-        e = 0.0 if bugs.get("no_eps") else (1e-5 if bugs.get("fixed_eps") else eps)
-        y = xc / (var.sqrt() + e) if bugs.get("eps_outside") else xc / (var + e).sqrt()
-        if bugs.get("swap"):
-            return y * bias + weight
-        return y * (1 if bugs.get("no_gain") else weight) + (0 if bugs.get("no_bias") else bias)
-    return fn
+ln_variant = l07_layer_norm.ln  # a learner's LayerNorm with one knob per classic mistake
 
 
 def forward_with(**bugs):
@@ -1026,8 +976,14 @@ def test_sdpa_with_both_a_mask_and_is_causal_gets_a_hint():
 
 
 def test_unknown_bug_gets_wrong_values_with_the_largest_difference():
-    result = checks.check_softmax_weights(lambda s: F.softmax(s, dim=-1) + 0.01)
+    result = checks.check_split_heads(lambda x, n: split_view_transpose(x, n) + 0.01)
     assert result.diagnosis == checks.WRONG_VALUES and "largest difference is 0.01" in result.message
+
+
+def test_a_right_result_changed_afterwards_is_pointed_at():
+    result = checks.check_softmax_weights(lambda s: F.softmax(s, dim=-1) + 0.01)
+    assert result.diagnosis == checks.STEP_DIFFERS and "largest difference is 0.01" in result.message
+    assert "At one point your function had the right result" in result.message
 
 
 def test_embeddings_with_the_whole_position_table_gets_a_hint():
@@ -1315,7 +1271,7 @@ SHOWN_ONLY = [  # solutions that are right on the shown inputs only
     (checks.check_block, lambda x, ln1, sa, ln2, ffwd: block_two_lines(x, ln1, sa, ln2, ffwd) if x.size(-1) in (8, 12)
      else block_post_ln(x, ln1, sa, ln2, ffwd)),
     (checks.check_layer_norm, lambda x, w, b, eps=1e-5: ln_by_hand(x, w, b, eps) if x.size(-1) in (6, 8, 10) else x),
-    (checks.check_embeddings, lambda i, t, p: emb_lesson(i, t, p) if i.size(1) in (5, 8) else t(i)),
+    (checks.check_embeddings, lambda i, t, p: emb_lesson(i, t, p) if i.size(1) in (5, 9) else t(i)),
     (checks.check_gpt_forward, lambda m, idx: forward_karpathy(m, idx) if idx.size(1) in (5, 6) else forward_with(
         no_ln_f=True)(m, idx)),
     (checks.check_parameter_count, lambda V, C, L, bs: count_formula(V, C, L, bs) if C in (32, 48, 64) else {}),
@@ -1557,6 +1513,7 @@ TESTED_ELSEWHERE = {  # labels tested one by one above, outside the tables
 
 def test_every_label_has_a_test():
     tables = [d for _, _, d in FALSE_ACCEPTS + NAMED + BUGS + DDP_BUGS] + [d for _, d in LOAD_BUGS]
+    tables += [d for _, _, d, _ in NEW_BUGS] + [checks.TIMED_OUT, checks.TAMPERED]  # TAMPERED: tests/test_nbgrader.py
     tables += [first for _, _, first, _ in TWO_BUGS]
     tested = {label for diagnosis in tables for label in diagnosis.split("; ")} | TESTED_ELSEWHERE
     # the modules of lessons 01-08 and 12; each newer check module's own test file checks its labels
@@ -1601,3 +1558,407 @@ def test_learner_text_is_written_as_templates(path):
         template = call.args[0]
         assert isinstance(template, ast.Constant) and isinstance(template.value, str), f"{path.name}:{call.lineno}"
 
+
+
+# ================================================================ issue 22 part 3: checks that cannot be fooled
+SQRT2PI = math.sqrt(2 / math.pi)
+
+
+def shifted_exp(scores):
+    return (scores - scores.amax(-1, keepdim=True)).exp()
+
+
+def head_filled_with(value):
+    def head(q, k, v):
+        T = q.size(1)
+        s = (q @ k.mT / math.sqrt(q.size(-1))).masked_fill(causal_tril(T) == 0, value)
+        return F.softmax(s, -1) @ v
+    return head
+
+
+class RowBiasFFN(nn.Module):  # biases stored as (1, n) rows
+    def __init__(self, n):
+        super().__init__()
+        self.W1, self.b1 = nn.Parameter(torch.randn(n, 4 * n) * 0.3), nn.Parameter(torch.randn(1, 4 * n) * 0.1)
+        self.W2, self.b2 = nn.Parameter(torch.randn(4 * n, n) * 0.2), nn.Parameter(torch.randn(1, n) * 0.1)
+
+    def forward(self, x):
+        return F.gelu(x @ self.W1 + self.b1) @ self.W2 + self.b2
+
+
+NEW_BUGS = [  # (check, solution, diagnosis, keyword arguments of the check)
+    # an exercise's own rules
+    (checks.check_softmax_weights, lambda s: F.softmax(s, dim=-1), checks.RULE_BROKEN, {"without": "softmax"}),
+    (checks.check_softmax_weights, lambda s: nn.Softmax(-1)(s), checks.RULE_BROKEN, {"without": ["softmax"]}),
+    (checks.check_softmax_weights, lambda s: F.log_softmax(s, -1).exp(), checks.RULE_BROKEN, {"without": "softmax"}),
+    (checks.check_causal_attention, causal_sdpa_is_causal, checks.RULE_BROKEN, {"without": "sdpa"}),
+    (checks.check_causal_attention, causal_karpathy, checks.RULE_NOT_USED, {"using": "sdpa"}),
+    (checks.check_embeddings, emb_lesson, checks.RULE_BROKEN, {"without": "tables"}),
+    (checks.check_embeddings, emb_weight_indexing, checks.RULE_BROKEN, {"without": "tables"}),
+    (checks.check_feed_forward, tanh_ffn(lambda h: F.gelu(h, approximate="tanh")), checks.RULE_BROKEN,
+     {"gelu": "tanh"}),
+    (checks.check_feed_forward, tanh_ffn(nn.GELU(approximate="tanh")), checks.RULE_BROKEN, {"gelu": "tanh"}),
+    # in-place changes, randomness, dimensions, steps
+    (checks.check_block, block_in_place, checks.INPUT_MODIFIED, {}),
+    (checks.check_attention_scores, lambda q, k: q.div_(math.sqrt(q.size(-1))) @ k.mT, checks.INPUT_MODIFIED, {}),
+    (checks.check_gpt_forward, lambda m, idx: forward_karpathy(m.train(), idx), checks.INPUT_MODIFIED, {}),
+    (checks.check_attention_scores, lambda q, k: F.dropout(scores_karpathy(q, k), 0.2), checks.NOT_DETERMINISTIC, {}),
+    (checks.check_effective_batch, (lambda calls: lambda m, a, w: m * a * w + next(calls))(itertools.count()),
+     checks.NOT_DETERMINISTIC, {}),
+    (checks.check_split_heads, lambda x, n: split_view_transpose(x, n).transpose(0, 2), checks.DIMS_PERMUTED, {}),
+    (checks.check_causal_attention, head_filled_with(-1.0), checks.STEP_DIFFERS, {}),
+    # named mistakes that had only "wrong values"
+    (checks.check_attention_scores, lambda q, k: F.softmax(scores_karpathy(q, k), -1), checks.SOFTMAX_IN_SCORES, {}),
+    (checks.check_attention_scores, lambda q, k: scores_karpathy(q, k).masked_fill(
+        causal_tril(q.size(1)) == 0, float("-inf")), checks.SCORES_MASKED, {}),
+    (checks.check_attention_scores, lambda q, k: (q @ k.mT) // math.sqrt(q.size(-1)), checks.FLOOR_DIVISION, {}),
+    (checks.check_attention_scores, lambda q, k: q @ k.mT / q.size(-1) ** 1 / 2, checks.PRECEDENCE, {}),
+    (checks.check_softmax_weights, lambda s: shifted_exp(s) / shifted_exp(s).sum(-2, keepdim=True),
+     checks.SUM_WRONG_DIM, {}),
+    (checks.check_softmax_weights, lambda s: shifted_exp(s) / shifted_exp(s).sum(), checks.SUM_OF_WHOLE, {}),
+    (checks.check_softmax_weights, torch.sigmoid, checks.SIGMOID_NOT_SOFTMAX, {}),
+    (checks.check_softmax_weights, lambda s: F.softmax(s.nan_to_num(neginf=0.0), -1), checks.NEG_INF_AS_ZERO, {}),
+    (checks.check_softmax_weights, lambda s: softmax_shifted_by(s, s.masked_fill(s.isinf(), float("inf"))
+                                                                .amin(-1, keepdim=True)), checks.MIN_NOT_MAX, {}),
+    (checks.check_softmax_weights, lambda s: F.softmax(s / 2, -1), checks.TEMPERATURE, {}),
+    (checks.check_causal_attention, lambda q, k, v: (causal_tril(q.size(1)) / causal_tril(q.size(1)).sum(-1, True)) @ v,
+     checks.UNIFORM_WEIGHTS, {}),
+    (checks.check_causal_attention, lambda q, k, v: F.scaled_dot_product_attention(q, v, k, is_causal=True),
+     checks.SDPA_ARGS_ORDER, {}),
+    (checks.check_embeddings, lambda i, t, p: t(i) + p(torch.arange(i.size(1)).flip(0)), checks.POSITIONS_REVERSED, {}),
+    (checks.check_embeddings, lambda i, t, p: t(i) + p(torch.arange(i.size(0))), checks.POSITIONS_FROM_BATCH, {}),
+    (checks.check_merge_heads, lambda y: y.sum(1), checks.HEADS_SUMMED, {}),
+    (checks.check_merge_heads, lambda y: torch.cat(y.unbind(1), dim=1), checks.HEADS_CAT_POSITIONS, {}),
+    (checks.check_merge_heads, lambda y: y[:, -1], checks.HEADS_LAST_ONLY, {}),
+    (checks.check_feed_forward, lambda n: nn.Sequential(nn.Linear(n, 4 * n), nn.GELU(), nn.GELU(), nn.Linear(4 * n, n)),
+     checks.ACTIVATION_TWICE, {}),
+    (checks.check_feed_forward, tanh_ffn(lambda h: h * torch.sigmoid(1.702 * h)), checks.GELU_SIGMOID_APPROXIMATION,
+     {"gelu": "tanh"}),
+    (checks.check_feed_forward, tanh_ffn(lambda h: 0.5 * h * (1 + torch.tanh(SQRT2PI * (h + 0.044715 * h**2)))),
+     checks.GELU_CUBIC_TERM, {"gelu": "tanh"}),
+    (checks.check_feed_forward, tanh_ffn(lambda h: 0.5 * h * (1 - torch.tanh(SQRT2PI * (h + 0.044715 * h**3)))),
+     checks.GELU_SIGN, {"gelu": "tanh"}),
+    (checks.check_layer_norm, lambda x, w, b, eps=1e-5: (x - x.mean(-1, keepdim=True))
+     / torch.sqrt(x.std(-1, keepdim=True, unbiased=False) + eps) * w + b, checks.STD_NOT_VAR, {}),
+    (checks.check_layer_norm, lambda x, w, b, eps=1e-5: x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * w + b,
+     checks.RMS_NOT_LAYER_NORM, {}),
+    (checks.check_block, lambda x, ln1, sa, ln2, ffwd: (lambda h: h + ffwd(ln1(h)))(x + sa(ln1(x))), checks.LN_REUSED,
+     {}),
+    (checks.check_block, lambda x, ln1, sa, ln2, ffwd: (lambda h: h + sa(ln1(h)))(x + ffwd(ln2(x))),
+     checks.SUBLAYERS_SWAPPED, {}),
+    (checks.check_block, lambda x, ln1, sa, ln2, ffwd: (lambda h: h + ffwd(ln2(h)))(x + x + sa(ln1(x))),
+     checks.RESIDUAL_DOUBLED, {}),
+    (checks.check_gpt_forward, lambda m, i: m.lm_head(m.ln_f(m.blocks[::-1](
+        m.token_embedding_table(i) + m.position_embedding_table(torch.arange(i.size(1)))))), checks.BLOCKS_REVERSED, {}),
+    (checks.check_gpt_forward, lambda m, i: F.log_softmax(forward_karpathy(m, i), -1), checks.LOG_PROBABILITIES, {}),
+    (checks.check_parameter_count, count_with(**{"position embedding": lambda V, C, L, bs: V * C}),
+     checks.POSITIONS_SIZED_BY_VOCAB, {}),
+    (checks.check_parameter_count, count_with(**{"feed-forward": lambda V, C, L, bs: L * 8 * C * C + 5 * C}),
+     checks.BIASES_NOT_TIMES_N_LAYER, {}),
+    (checks.check_load_source_weights, lambda path, config: _load_with(path, config, weights_only=False),
+     checks.UNSAFE_LOAD, {}),
+    (checks.check_load_source_weights, lambda path, config: load_strict(path, config).double(), checks.WEIGHTS_DTYPE,
+     {}),
+]
+
+
+def _load_with(path, config, **load_args):
+    model = GPT(config)
+    model.load_state_dict(torch.load(path, **load_args))
+    return model
+
+
+@pytest.mark.parametrize("check, solution, diagnosis, kwargs", NEW_BUGS,
+                         ids=[f"{c.__name__}-{i}-{d}" for i, (c, _, d, _) in enumerate(NEW_BUGS)])
+def test_issue_22_diagnoses(check, solution, diagnosis, kwargs):
+    result = check(solution, **kwargs)
+    assert not result.passed and result.attempted and result.diagnosis == diagnosis, result.message
+
+
+def test_the_rules_name_the_function_called_and_leave_right_solutions_alone():
+    result = checks.check_softmax_weights(softmax_method, without="softmax")
+    assert "without F.softmax or torch.softmax" in result.message and "Tensor.softmax" in result.message
+    for solution in (softmax_stable_by_hand, softmax_logsumexp):
+        assert checks.check_softmax_weights(solution, without="softmax").passed
+    assert checks.check_embeddings(emb_one_hot, without="tables").passed
+    eye = lambda i, t, p: torch.eye(t.num_embeddings)[i] @ t.weight + torch.eye(p.num_embeddings)[  # noqa: E731
+        : i.size(1)] @ p.weight
+    assert checks.check_embeddings(eye, without="tables").passed  # indexing a constant one-hot is not the lookup
+    for solution in (causal_sdpa_is_causal, causal_sdpa_bool_mask, causal_sdpa_additive_inf):
+        assert checks.check_causal_attention(solution, using="sdpa").passed
+    for solution in (causal_karpathy, causal_rasbt, causal_einsum):
+        assert checks.check_causal_attention(solution, without="sdpa").passed
+    assert checks.check_feed_forward(GELU_TANH, gelu="tanh").passed
+    assert checks.check_feed_forward(ffn_lesson, gelu="tanh").diagnosis == checks.EXACT_NOT_TANH  # its own name
+    printing = tanh_ffn(lambda h: (repr(nn.GELU()), GELU_TANH.forward)[0] and
+                        0.5 * h * (1 + torch.tanh(SQRT2PI * (h + 0.044715 * h ** 3))))
+    assert checks.check_feed_forward(printing, gelu="tanh").passed  # building or printing nn.GELU is not using it
+
+
+def test_rule_arguments_are_checked():
+    with pytest.raises(ValueError, match=r"without='soft_max' names no rule: each must be one of \['gelu', "):
+        checks.check_softmax_weights(softmax_method, without="soft_max")
+    with pytest.raises(TypeError, match="using= takes a rule name or a list of them"):
+        checks.check_causal_attention(causal_karpathy, using=3)
+    from gpt_lesson.checks.runner import exercise_rules
+
+    with exercise_rules(without="softmax"):
+        assert checks.check_softmax_weights(softmax_method).diagnosis == checks.RULE_BROKEN
+    assert checks.check_softmax_weights(softmax_method).passed
+
+
+# --- not attempted, and what is not a stub
+def test_a_stub_with_a_message_or_in_a_helper_is_not_attempted():
+    def with_message(q, k):
+        raise NotImplementedError("TODO: the scores")
+
+    def helper(q, k):
+        raise NotImplementedError
+
+    def uses_helper(q, k):
+        return helper(q, k) / 2
+
+    for stub in (with_message, uses_helper):
+        assert checks.check_attention_scores(stub).diagnosis == checks.NOT_ATTEMPTED
+
+
+def test_a_not_implemented_error_raised_inside_torch_is_an_error():
+    def on_meta(q, k):  # an operator with no meta kernel raises NotImplementedError inside torch
+        return (q.to("meta") @ k.to("meta").mT).nonzero().float()
+
+    result = checks.check_attention_scores(on_meta)
+    assert result.attempted and result.diagnosis == checks.RAISED and "NotImplementedError" in result.message
+
+    class NoForward(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.fc = nn.Linear(n, 4 * n)
+
+    result = checks.check_feed_forward(NoForward)
+    assert result.diagnosis == checks.RAISED and "forward(self, x)" in result.message
+
+
+def test_meta_tensors_returned_are_a_wrong_type_not_a_crash():
+    result = checks.check_attention_scores(lambda q, k: scores_karpathy(q, k).to("meta"))
+    assert result.diagnosis == checks.WRONG_TYPE and "meta" in result.message
+
+
+# --- dtypes and shapes the checks must take
+@pytest.mark.parametrize("make", [
+    lambda n: ffn_lesson(n).double(),
+    lambda n: ffn_lesson(n).to(torch.bfloat16),
+    lambda n: ffn_lesson(n).half(),
+    RowBiasFFN,
+], ids=["float64", "bfloat16", "float16", "row biases"])
+def test_ffn_in_other_dtypes_and_with_row_biases_passes(make):
+    result = checks.check_feed_forward(make, hidden=True)
+    assert result.passed, result.message
+
+
+def test_numpy_integer_ids_are_ids():
+    encode = lambda s: list(np.array([STOI[c] for c in s]))  # noqa: E731 - a list of np.int64
+    decode = lambda ids: "".join(ITOS[int(i)] for i in ids)  # noqa: E731
+    assert checks.check_tokenizer(encode, decode, TEXT, chars=CHARS, hidden=True).passed
+    assert checks.check_tokenizer(lambda s: np.array([STOI[c] for c in s], dtype=np.int32), decode, TEXT).passed
+
+
+# --- likely causes of runtime errors
+@pytest.mark.parametrize("check, solution, fragment", [
+    (checks.check_attention_scores, lambda q, k: q @ k.T, "`.T` on a 3-D tensor reverses all its dimensions"),
+    (checks.check_causal_attention, lambda q, k, v: causal_karpathy(q, k.T.T.T, v), "`.T` on a 3-D tensor"),
+    (checks.check_softmax_weights, lambda s: (s - s.amax(-1)).exp(), "a reduction without keepdim=True: amax(dim=-1)"),
+    (checks.check_layer_norm, lambda x, w, b, eps=1e-5: (x - x.mean(-1)) * w + b, "keepdim=True"),
+    (checks.check_causal_attention, lambda q, k, v: softmax_shifted_by(
+        scores_karpathy(q, k).masked_fill(causal_tril(q.size(1)) == 0, float("-inf")),
+        scores_karpathy(q, k).amax(-1)) @ v, "keepdim=True"),
+    (checks.check_softmax_weights, lambda s: (s - s.max(-1, keepdim=True)).exp(), ".values"),
+    (checks.check_split_heads, lambda x, n: x.view(x.size(0), x.size(1), n, x.size(2) / n), "use //"),
+    (checks.check_split_heads, lambda x, n: x.view(x.size(0), x.size(1), n, 4).transpose(1, 2),
+     "take every size from the input"),
+    (checks.check_embeddings, lambda i, t, p: t(i) + p(torch.arange(8)), "torch.arange(T)"),
+    (checks.check_gpt_forward, lambda m, i: m.ln_f(m.lm_head(m.blocks(m.token_embedding_table(i)))),
+     "lm_head(ln_f(x))"),
+    (checks.check_attention_scores, lambda q, k: undefined_name @ k, "run the cell that defines it"),  # noqa: F821
+], ids=["3d-T", "3d-T-head", "keepdim", "keepdim-ln", "keepdim-head", "max-pair", "float-size", "fixed-size",
+        "fixed-length", "ln_f-after-head", "name"])
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
+def test_runtime_errors_get_a_likely_cause(check, solution, fragment):
+    result = check(solution)
+    assert result.diagnosis == checks.RAISED and "Likely cause" in result.message, result.message
+    assert fragment in result.message, result.message
+
+
+def test_positions_looked_up_with_token_ids_are_named_although_they_raise():
+    # Token ids reach past block_size in the check's models: pos_table(idx) raises; the bug is named anyway.
+    result = checks.check_gpt_forward(lambda m, i: m.lm_head(m.ln_f(m.blocks(
+        m.token_embedding_table(i) + m.position_embedding_table(i)))))
+    assert result.diagnosis == checks.POSITIONS_FROM_TOKEN_IDS and "IndexError" in result.message
+    hidden = checks.check_embeddings(lambda i, t, p: t(i) + p(i), hidden=True)
+    assert hidden.diagnosis == checks.POSITIONS_FROM_TOKEN_IDS
+
+
+def test_forgotten_super_init_gets_its_hint():
+    class NoSuper(nn.Module):
+        def __init__(self, n):
+            self.fc = nn.Linear(n, 4 * n)
+
+    assert "super().__init__()" in checks.check_feed_forward(NoSuper).message
+
+
+# --- sizes the learner could hard-code
+def _visible_sizes(check, solution_of_shapes):
+    shapes = []
+
+    def spy(*args):
+        shapes.append(tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args))
+        return solution_of_shapes(*args)
+    check(spy)
+    return shapes
+
+
+@pytest.mark.parametrize("check, solution, last_dims", [
+    (checks.check_attention_scores, scores_karpathy, lambda shapes: {s[0][-1] for s in shapes}),
+    (checks.check_causal_attention, causal_karpathy, lambda shapes: {s[0][-1] for s in shapes}),
+    (checks.check_split_heads, split_view_transpose, lambda shapes: {s[0][-1] // s[1] for s in shapes}),
+    (checks.check_merge_heads, merge_cat, lambda shapes: {s[0][-1] for s in shapes}),
+], ids=["scores", "head", "split", "merge"])
+def test_visible_cases_vary_the_head_size(check, solution, last_dims):
+    assert len(last_dims(_visible_sizes(check, solution))) >= 2
+
+
+def test_visible_embedding_cases_vary_every_size():
+    seen = []
+
+    def spy(idx, tok, pos):
+        seen.append((tok.num_embeddings, pos.num_embeddings, tok.embedding_dim, *idx.shape))
+        return emb_lesson(idx, tok, pos)
+    assert checks.check_embeddings(spy).passed
+    assert all(len({s[i] for s in seen}) >= 2 for i in range(5)), seen  # V, block_size, n_embd, B, T
+
+
+# --- a solution that hangs is stopped
+def test_a_solution_that_hangs_is_stopped_with_a_message(monkeypatch):
+    import time
+
+    monkeypatch.setenv("GPT_LESSON_CHECK_TIMEOUT", "0.5")
+
+    def endless(q, k):
+        while True:
+            pass
+
+    started = time.perf_counter()
+    result = checks.check_attention_scores(endless)
+    assert result.diagnosis == checks.TIMED_OUT and "did not return within 0.5 s" in result.message
+    assert time.perf_counter() - started < 10
+    assert checks.check_attention_scores(scores_karpathy).passed  # and the next check runs as usual
+    with pytest.raises(AssertionError, match="did not return within"):
+        checks.check_attention_scores(endless, strict=True)
+
+
+@pytest.mark.parametrize("value", ["", "abc", "-1", "inf", "0"])
+def test_a_bad_timeout_setting_falls_back_to_the_default(monkeypatch, value):
+    from gpt_lesson.checks.runner import CALL_TIMEOUT, call_timeout
+
+    monkeypatch.setenv("GPT_LESSON_CHECK_TIMEOUT", value)
+    assert call_timeout() == CALL_TIMEOUT
+
+
+# --- answers that try to fool the comparison
+class AgreeableTensor(torch.Tensor):
+    """A tensor whose __torch_function__ says yes to every comparison."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.allclose, torch.equal, torch.Tensor.__eq__, torch.isclose):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_tensor_subclass_cannot_answer_the_comparison():
+    result = checks.check_attention_scores(lambda q, k: torch.zeros(q.size(0), q.size(1), q.size(1))
+                                           .as_subclass(AgreeableTensor))
+    assert not result.passed and result.diagnosis != checks.RAISED, result.message
+
+
+def test_patching_torch_allclose_changes_no_verdict(monkeypatch):
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    monkeypatch.setattr(torch, "equal", lambda *a, **k: True)
+    assert checks.check_attention_scores(lambda q, k: q @ k.mT).diagnosis == checks.NO_SCALING
+    assert checks.check_attention_scores(scores_karpathy).passed
+
+
+def test_replacing_the_library_reference_does_not_change_it(monkeypatch):
+    import gpt_lesson.attention as lib
+
+    wrong = lambda q, k: q @ k.mT  # noqa: E731 - no scaling
+    monkeypatch.setattr(lib, "attention_scores", wrong)
+    assert checks.check_attention_scores(wrong).diagnosis == checks.NO_SCALING
+    assert checks.check_attention_scores(scores_karpathy).passed
+
+
+def test_the_learner_cannot_read_the_expected_value_from_the_stack():
+    import sys
+
+    def walker(q, k):  # every tensor of the right shape in every frame it can reach, the check's included
+        frames = [sys._getframe()] + list(sys._current_frames().values())
+        found = []
+        for frame in frames:
+            while frame is not None:
+                found += [v for v in frame.f_locals.values() if isinstance(v, torch.Tensor)]
+                for v in frame.f_locals.values():
+                    expected = getattr(v, "expected", None)
+                    if isinstance(expected, torch.Tensor):
+                        found.append(expected)
+                frame = frame.f_back
+        target = (q.size(0), q.size(1), q.size(1))
+        return next((t for t in found if tuple(t.shape) == target), torch.zeros(target))
+
+    assert not checks.check_attention_scores(walker).passed
+
+
+def test_whole_numbers_of_a_hostile_type_are_refused():
+    class AlwaysEqual(int):
+        def __eq__(self, other):
+            return True
+
+        def __ne__(self, other):
+            return False
+
+        __hash__ = int.__hash__
+
+    result = checks.check_effective_batch(lambda m, a, w: AlwaysEqual(0))
+    assert not result.passed and result.diagnosis == checks.WRONG_TYPE
+    result = checks.check_parameter_count(lambda V, C, L, bs: {k: AlwaysEqual(0) for k in count_formula(V, C, L, bs)})
+    assert not result.passed and result.diagnosis == checks.WRONG_TYPE
+
+
+@pytest.mark.slow
+def test_in_a_jupyter_kernel_a_hanging_solution_is_stopped_and_prints_reach_the_cell():
+    """The time limit and the learner's own prints work where learners run the checks: in an IPython kernel."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[
+        new_code_cell("import os\nos.environ['GPT_LESSON_CHECK_TIMEOUT'] = '1'\n"
+                      "from gpt_lesson.checks import check_attention_scores"),
+        new_code_cell("def endless(q, k):\n    while True:\n        pass\n\n\n"
+                      "result = check_attention_scores(endless)\nprint('diagnosis:', result.diagnosis)"),
+        new_code_cell("def talks(q, k):\n    print('inside the learner function')\n"
+                      "    return q @ k.transpose(-2, -1) / q.size(-1) ** 0.5\n\n\n"
+                      "print('passed:', check_attention_scores(talks).passed)"),
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    text = ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream") for c in nb.cells]
+    assert "did not return within 1 s" in text[1] and f"diagnosis: {checks.TIMED_OUT}" in text[1]
+    assert "inside the learner function" in text[2] and "passed: True" in text[2]
+    nbformat.validate(nb)
+
+
+def test_a_generator_argument_gives_the_same_draws_on_both_calls():
+    from gpt_lesson.checks.runner import call
+
+    g = torch.Generator().manual_seed(3)
+    first = call(lambda gen: torch.rand(3, generator=gen), (g,)).value
+    second = call(lambda gen: torch.rand(3, generator=gen), (g,)).value
+    assert torch.equal(first, second) and torch.equal(first, torch.rand(3, generator=torch.Generator().manual_seed(3)))

@@ -457,9 +457,9 @@ TK_BUGS = [
     (lambda z, t, k: F.softmax(_cut(z / t, k, op="<="), -1), G.TOP_K_OFF_BY_ONE),
     (lambda z, t, k: F.softmax(_cut(z / t, None if k is None else k + 1), -1), G.TOP_K_OFF_BY_ONE),
     (lambda z, t, k: F.softmax(z / t if k is None else torch.topk(z / t, k).values, -1), G.TOP_K_VALUES_ONLY),
-    (lambda z, t, k: F.softmax(_cut(z / t, k), 0), G.SAMPLING_SOFTMAX_WRONG_DIM),
-    (lambda z, t, k: F.log_softmax(_cut(z / t, k), -1), G.SAMPLING_LOG_PROBS),
-    (lambda z, t, k: (_cut(z / t, k) - _cut(z / t, k).amax(-1, keepdim=True)).exp(), G.SAMPLING_NOT_NORMALISED),
+    (lambda z, t, k: F.softmax(_cut(z / t, k), 0), G.SOFTMAX_WRONG_DIM),
+    (lambda z, t, k: F.log_softmax(_cut(z / t, k), -1), G.LOG_SOFTMAX),
+    (lambda z, t, k: (_cut(z / t, k) - _cut(z / t, k).amax(-1, keepdim=True)).exp(), G.NOT_NORMALISED),
     (lambda z, t, k: F.softmax(_cut(z / t, None if k is None else max(1, k // 2)), -1), G.TOP_K_WRONG_COUNT),
 ]
 

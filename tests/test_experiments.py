@@ -262,3 +262,52 @@ def test_residual_experiments_run_on_one_thread_and_restore_the_setting(monkeypa
         assert seen == [1, 1, 1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+# --- score_gradients (lessons 04 and 11, Q1: what reaches W_q and W_k) ----------------------------------
+
+
+def _one_draw(d_k: int, scale: float, seed: int, T: int = 8, lr: float = 1e-3) -> dict:
+    """One draw of score_gradients written out plainly: autograd on a leaf q, torch.optim.Adam's real step."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, upstream = (torch.randn(T, d_k, generator=g, dtype=torch.float64) for _ in range(4))
+    q, k = torch.nn.Parameter(q), k.requires_grad_(True)
+    future = torch.ones(T, T).tril() == 0
+    scores = scale * q @ k.T
+    scores.retain_grad()
+    (torch.softmax(scores.masked_fill(future, float("-inf")), -1) @ v).backward(upstream)
+    before = scores.detach().clone()
+    torch.optim.Adam([q], lr=lr).step()
+    moved = (scale * q.detach() @ k.detach().T - before).masked_fill(future, 0.0)
+    return {"grad_scores": float(scores.grad.norm()), "grad_q": float(q.grad.norm()), "grad_k": float(k.grad.norm()),
+            "score_step": float(moved.norm())}
+
+
+@pytest.mark.parametrize("scale", [1.0, 16 ** -0.5])
+def test_score_gradients_is_the_mean_of_plain_autograd_draws(scale):
+    got = E.score_gradients(16, scale, T=8, n_draws=3, seed=5)
+    draws = [_one_draw(16, scale, seed) for seed in (5, 6, 7)]
+    for key in ("grad_scores", "grad_q", "grad_k", "score_step"):
+        assert math.isclose(got[key], sum(d[key] for d in draws) / 3, rel_tol=1e-6), key
+    assert 0 < got["top_share"] <= got["top2_share"] <= 1 and 1 / 8 < got["max_weight"] <= 1
+
+
+def test_more_gradient_reaches_the_queries_without_the_scaling_and_it_piles_onto_two_keys():
+    scaled, unscaled = E.score_gradients(64, 64 ** -0.5, n_draws=50), E.score_gradients(64, 1.0, n_draws=50)
+    assert unscaled["grad_scores"] < scaled["grad_scores"]  # the softmax passes less back to the scores ...
+    assert unscaled["grad_q"] > 4 * scaled["grad_q"]  # ... yet sqrt(d_k) = 8 times the factor reaches q
+    assert unscaled["grad_k"] > 4 * scaled["grad_k"]  # ... and k
+    assert unscaled["top2_share"] > 0.8 > 0.5 > scaled["top2_share"]
+    assert 6 < unscaled["score_step"] / scaled["score_step"] < 10  # one Adam step: about sqrt(64) = 8 times as far
+    assert unscaled["max_weight"] > 0.7 > 0.3 > scaled["max_weight"]
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(d_k=0, scale=1.0), ValueError, "d_k=0 must be a positive integer"),
+    (dict(d_k=8, scale=0.0), ValueError, "scale=0.0 must be > 0"),
+    (dict(d_k=8, scale=1.0, T=1), ValueError, "T=1 must be"),
+    (dict(d_k=8, scale=1.0, n_draws=0), ValueError, "n_draws=0 must be a positive integer"),
+    (dict(d_k=8, scale=1.0, lr=-1.0), ValueError, "lr=-1.0 must be > 0"),
+    (dict(d_k=8, scale="1"), TypeError, "scale='1' must be a number"),
+])
+def test_score_gradients_arguments_are_named(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        E.score_gradients(**kwargs)

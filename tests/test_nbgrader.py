@@ -66,10 +66,13 @@ def test_lesson_assignment_structure(lesson):
     for ex, answer, test in zip(exercises, answers, tests):
         assert answer.source.count("### BEGIN SOLUTION") == 1 and answer.source.rstrip().endswith("### END SOLUTION")
         assert not _grading(answer)["locked"] and _grading(test)["locked"] and _grading(test)["points"] == 2
+        assert "_checks = _fresh_checks()" in test.source  # the checks come fresh, not by a name in the notebook
         for call in ex.checks(nb):
             name = call.split("(")[0]
-            assert re.search(rf"^{name}\(.*strict=True\)$", test.source, re.M)
-            assert re.search(rf"### BEGIN HIDDEN TESTS\n{name}\(.*strict=True, hidden=True\)\n", test.source)
+            assert re.search(rf"^_checks\.{name}\(.*strict=True\)$", test.source, re.M)
+            assert re.search(rf"### BEGIN HIDDEN TESTS\n_checks\.{name}\(.*strict=True, hidden=True\)\n",
+                             test.source)
+            assert not re.search(rf"^{name}\(", test.source, re.M)
         # The solution's code is in the answer cell, and only there.
         for line in ex.solution(nb).splitlines():
             if len(line.strip()) > 25 and "return" in line:
@@ -162,12 +165,17 @@ def test_several_stub_cells_make_one_answer_cell_and_points_are_configurable():
     assert len(answers) == 1 and answers[0].source.startswith("data = torch.ones(2)\n\ndef f(q, k):")
     test = next(c for c in source.cells if _grading(c).get("grade"))
     assert _grading(test)["points"] == 5 and graded[0].points == 5
-    assert "check_attention_scores(f, strict=True)\ncheck_softmax_weights(g, strict=True)\n" in test.source
-    assert "check_attention_scores(f, strict=True, hidden=True)\ncheck_softmax_weights(g, strict=True, hidden=True)" in test.source
+    assert "_checks.check_attention_scores(f, strict=True)\n_checks.check_softmax_weights(g, strict=True)\n" in test.source
+    assert ("_checks.check_attention_scores(f, strict=True, hidden=True)\n"
+            "_checks.check_softmax_weights(g, strict=True, hidden=True)") in test.source
 
 
 def test_check_source(monkeypatch):
     assert check_source("check_block(my_block)", hidden=False) == "check_block(my_block, strict=True)"
+    assert check_source("check_block(my_block)", hidden=True, module="_checks") == \
+        "_checks.check_block(my_block, strict=True, hidden=True)"
+    assert check_source("check_softmax_weights(f, without='softmax')", hidden=False, module="_checks") == \
+        "_checks.check_softmax_weights(f, without='softmax', strict=True)"
     assert check_source("check_tokenizer(e, d, text[:10], chars=chars, strict=False)", hidden=True) == \
         "check_tokenizer(e, d, text[:10], chars=chars, strict=True, hidden=True)"
     from gpt_lesson import checks
@@ -244,11 +252,33 @@ BUGS = {
                                "    s = s.masked_fill(torch.ones(T, T).tril() == 0, 0.0)\n    return s.softmax(dim=-1) @ v\n",
                                "MASK_WITH_ZERO"),
 }
-STUDENTS = ("correct", "partly_wrong", "untouched")
+STUDENTS = ("correct", "partly_wrong", "untouched", "hostile")
+# Issue 28 item 6: answers that try to get past the graded checks, one per exercise (in order), and what the
+# feedback must say about each. Each scores 0.
+HOSTILE = {
+    "01_tokens_and_embeddings": [
+        ("class _Agreeable(str):\n    __eq__ = lambda self, other: True\n    __ne__ = lambda self, other: False\n"
+         "    __hash__ = str.__hash__\n\n\ndef my_encode(s):\n    return [chars.index(c) for c in s]\n\n\n"
+         "def my_decode(ids):\n    return _Agreeable('anything')\n", "decode did not return a string"),
+        ("class _Yes(torch.Tensor):\n    @classmethod\n    def __torch_function__(cls, func, types, args=(), "
+         "kwargs=None):\n        if func in (torch.allclose, torch.equal):\n            return True\n"
+         "        return super().__torch_function__(func, types, args, kwargs or {})\n\n\n"
+         "def embed(idx, tok_table, pos_table):\n    return tok_table(idx).as_subclass(_Yes)\n",
+         "missing position embedding"),
+        ("def embed_one_hot(idx, tok_table, pos_table):\n    while True:\n        pass\n", "did not finish in time"),
+    ],
+    "02_attention": [
+        ("def my_scores(q, k):\n    return q @ k.transpose(-2, -1)\n\n\ncheck_attention_scores = lambda *a, **k: None\n",
+         "not yet (no scaling)"),
+        ("import gpt_lesson.attention\n\n\ndef my_weights(scores):\n    return scores.softmax(dim=-2)\n\n\n"
+         "gpt_lesson.attention.attention_weights = my_weights\n", "the check or the library was replaced"),
+    ],
+}
 
 
 def _nbgrader(course: Path, *args: str, timeout: float = 1200) -> str:
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+           "GPT_LESSON_CHECK_TIMEOUT": "3"}  # the hostile student's endless loop is stopped after 3 s
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
@@ -260,11 +290,13 @@ def _plan(lesson: Path) -> list[dict]:
     a known classic mistake) the buggy code and the label the check gives it."""
     nb = nbformat.read(lesson, as_version=4)
     plan, bug_used = [], False
-    for ex in find_exercises(nb):
+    for i, ex in enumerate(find_exercises(nb)):
         call = ex.checks(nb)[0]
         name, fn = re.match(r"(\w+)\((\w+)", call).groups()
+        hostile, says = HOSTILE[lesson.stem][i]
         item = {"answer": f"your-turn-{ex.number}-answer", "check": f"your-turn-{ex.number}-check",
-                "solution": nbgrader_course._solution_code(ex, nb), "bug": None, "label": None}
+                "solution": nbgrader_course._solution_code(ex, nb), "bug": None, "label": None,
+                "hostile": hostile, "says": says}
         if not bug_used and name in BUGS:
             from gpt_lesson import checks
 
@@ -301,13 +333,15 @@ def graded(tmp_path_factory, shakespeare_path):
                     cell.source = stub + "\n\n" + item["solution"] + "\n"
                 elif student == "partly_wrong":
                     cell.source = stub + "\n\n" + item["bug"]
+                elif student == "hostile":
+                    cell.source = stub + "\n\n" + item["hostile"]
             folder = course / "submitted" / student / name
             folder.mkdir(parents=True)
             nbformat.write(nb, folder / f"{name}.ipynb")
     for name in E2E_LESSONS:
         t = time.perf_counter()
         _nbgrader(course, "autograde", name)
-        times[f"autograde {name} (3 students)"] = time.perf_counter() - t
+        times[f"autograde {name} ({len(STUDENTS)} students)"] = time.perf_counter() - t
         _nbgrader(course, "generate_feedback", name)
     _nbgrader(course, "export")
     times["total"] = time.perf_counter() - started
@@ -319,7 +353,7 @@ def _expected(graded, name: str, student: str) -> float:
     points = {g.grade_id: g.points for g in graded["summaries"][name].graded}
     if student == "correct":
         return float(sum(points.values()))
-    if student == "untouched":
+    if student in ("untouched", "hostile"):
         return 0.0
     return float(sum(points[item["check"]] for item in graded["plans"][name] if item["bug"] is None))
 
@@ -338,6 +372,7 @@ def test_scores_in_the_gradebook(graded):
                 for item in graded["plans"][name]:
                     grade = gb.find_grade(item["check"], name, name, student)
                     full = student == "correct" or (student == "partly_wrong" and item["bug"] is None)
+                    assert student != "hostile" or not full
                     assert grade.score == (grade.max_score if full else 0.0), (name, student, item["check"])
     assert _expected(graded, "02_attention", "partly_wrong") == 2.0  # e.g. 2 of 4 points
 
@@ -362,13 +397,17 @@ def test_feedback_names_the_bug_and_hidden_cases_ran(graded):
         assert f"not yet ({bug['label']})" in page and "Likely bug" in page
         untouched = html.unescape((course / "feedback" / "untouched" / name / f"{name}.html").read_text(encoding="utf-8"))
         assert "not attempted yet" in untouched
+        hostile = html.unescape((course / "feedback" / "hostile" / name / f"{name}.html").read_text(encoding="utf-8"))
+        for item in graded["plans"][name]:  # every attempt on the graded checks is named in the feedback
+            assert item["says"] in hostile, (name, item["says"])
         # The graded notebooks hold the hidden cases again (the student's copy did not), and they ran.
         graded_nb = nbformat.read(course / "autograded" / "correct" / name / f"{name}.ipynb", as_version=4)
         tests = [c for c in graded_nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
         assert tests and all("hidden=True" in c.source for c in tests)
         for c in tests:  # the visible run and the hidden run both passed
             printed = "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
-            assert printed.count(": passed.") == 2 * len(re.findall(r"^check_\w+\(.*strict=True\)$", c.source, re.M)), printed
+            visible = re.findall(r"^_checks\.check_\w+\(.*strict=True\)$", c.source, re.M)
+            assert visible and printed.count(": passed.") == 2 * len(visible), printed
         released = (course / "release" / name / f"{name}.ipynb").read_text(encoding="utf-8")
         assert "hidden=True" not in released and "BEGIN SOLUTION" not in released
 
@@ -394,3 +433,162 @@ def test_feedback_screenshot(graded):
         page.wait_for_timeout(300)
         page.screenshot(path=str(ARTIFACTS / "feedback.png"))
     assert (ARTIFACTS / "feedback.png").stat().st_size > 20_000
+
+
+# ---------------------------------------------------------------------------------------------------
+# Issue 28 item 5: the tool never removes anything outside the folder it owns
+
+
+def _tiny_lesson_file(folder: Path, name: str) -> Path:
+    nb = _lesson(new_markdown_cell("### Your turn 1: scores"), new_code_cell("def f(q, k):\n    raise NotImplementedError"),
+                 new_code_cell("check_attention_scores(f)"), new_markdown_cell(SOLUTION))
+    path = folder / name
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.parametrize("name", ["...ipynb", "..ipynb", ".ipynb", ". .ipynb", " 02_x.ipynb", "02 x.ipynb",
+                                  "-rf.ipynb", "02_x.v2.ipynb"])
+def test_notebook_names_that_are_not_plain_lesson_names_are_refused(tmp_path, name):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    course = tmp_path / "course"
+    keep = [course / "gradebook.db", course / "source" / "01_other" / "01_other.ipynb", tmp_path / "precious.txt"]
+    for path in keep:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("keep me")
+    path = nbs / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _tiny_lesson_file(path.parent, path.name)
+    with pytest.raises(ValueError, match="not a plain lesson name"):
+        build_course([path], course)
+    assert all(p.read_text() == "keep me" for p in keep)  # nothing outside the assignment's own folder went
+
+
+def test_an_assignment_folder_that_resolves_outside_the_course_is_never_removed(tmp_path):
+    """A symlinked source/<lesson> pointing elsewhere: the tool refuses instead of emptying the target."""
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    lesson = _tiny_lesson_file(nbs, "02_tiny.ipynb")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("keep me")
+    course = tmp_path / "course"
+    (course / "source").mkdir(parents=True)
+    (course / "source" / "02_tiny").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ValueError, match="outside"):
+        build_course([lesson], course)
+    assert (elsewhere / "precious.txt").read_text() == "keep me"
+
+
+def test_rebuilding_replaces_only_the_assignments_own_folder(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    lesson = _tiny_lesson_file(nbs, "02_tiny.ipynb")
+    course = tmp_path / "course"
+    build_course([lesson], course)
+    stale = course / "source" / "02_tiny" / "stale.txt"
+    stale.write_text("old build")
+    neighbour = course / "source" / "03_other" / "03_other.ipynb"
+    neighbour.parent.mkdir()
+    neighbour.write_text("keep me")
+    (course / "gradebook.db").write_text("keep me")
+    build_course([lesson], course)
+    assert not stale.exists() and (course / "source" / "02_tiny" / "02_tiny.ipynb").is_file()
+    assert neighbour.read_text() == "keep me" and (course / "gradebook.db").read_text() == "keep me"
+
+
+def test_answers_under_other_titles_are_kept_out_of_the_assignment():
+    """Issue 28: an exercise whose solution says "💡 Worked solution" still becomes an answer cell; a block
+    anywhere else that defines the exercise's function is not shown to the student."""
+    solution = SOLUTION.replace("<summary>Solution</summary>", "<summary>💡 Worked solution</summary>")
+    leak = "<details><summary>Click to reveal</summary>\n\n```python\ndef f(q, k):\n    return q @ k.mT\n```\n</details>"
+    nb = _lesson(new_markdown_cell(leak), new_markdown_cell("### Your turn 1: scores"),
+                 new_code_cell("def f(q, k):\n    raise NotImplementedError"),
+                 new_code_cell("check_attention_scores(f)"), new_markdown_cell(solution))
+    source, graded = assignment_notebook(nb, "99_tiny")
+    student = student_version(source)
+    text = "\n".join(c.source for c in student.cells)
+    assert "q.size(-1) ** 0.5" not in text and "return q @ k.mT" not in text
+    answer = next(c for c in source.cells if _grading(c).get("solution"))
+    assert "return q @ k.transpose(-2, -1) / q.size(-1) ** 0.5" in answer.source
+
+
+# ---------------------------------------------------------------------------------------------------
+# Issue 28 item 6: a graded test cell cannot be passed by one line in the answer cell
+
+
+def _test_cell(check_call: str = "check_attention_scores(f)") -> str:
+    nb = _lesson(new_markdown_cell("### Your turn 1: scores"), new_code_cell("def f(q, k):\n    raise NotImplementedError"),
+                 new_code_cell(check_call), new_markdown_cell(SOLUTION))
+    source, _ = assignment_notebook(nb, "99_tiny")
+    return next(c for c in source.cells if _grading(c).get("grade") and not _grading(c).get("solution")).source
+
+
+def _run_test_cell(answer: str, check_call: str = "check_attention_scores(f)") -> None:
+    namespace: dict = {}
+    exec("import torch\nfrom gpt_lesson.checks import check_attention_scores, check_softmax_weights\n" + answer,
+         namespace)
+    graded = _test_cell(check_call).replace("### BEGIN HIDDEN TESTS\n", "").replace("### END HIDDEN TESTS", "")
+    exec(graded, namespace)  # the test cell as autograding runs it, hidden cases included
+
+
+WRONG = "def f(q, k):\n    return q @ k.transpose(-2, -1)\n"  # no scaling
+
+
+@pytest.mark.parametrize("attack", [
+    "check_attention_scores = lambda *a, **k: None",
+    "import gpt_lesson.checks\ngpt_lesson.checks.check_attention_scores = lambda *a, **k: None",
+    "import gpt_lesson.checks.attention\ngpt_lesson.checks.attention.check_attention_scores = lambda *a, **k: None",
+    "import gpt_lesson.checks.runner as r\nr.close = lambda a, b: True\nr.judge_tensor = lambda *a, **k: None",
+], ids=["bare name", "package attribute", "module attribute", "runner functions"])
+def test_rebinding_the_check_does_not_pass_the_graded_cell(attack, capsys):
+    import gpt_lesson.checks as package
+    import gpt_lesson.checks.attention as module
+    import gpt_lesson.checks.runner as runner
+
+    saved = (package.check_attention_scores, module.check_attention_scores, runner.close, runner.judge_tensor)
+    try:
+        with pytest.raises(AssertionError, match="no scaling"):
+            _run_test_cell(WRONG + attack)
+    finally:
+        (package.check_attention_scores, module.check_attention_scores, runner.close, runner.judge_tensor) = saved
+    assert "not yet (no scaling)" in capsys.readouterr().out
+
+
+def test_replacing_the_library_reference_makes_the_graded_cell_fail(monkeypatch, capsys):
+    import gpt_lesson.attention as lib
+
+    monkeypatch.setattr(lib, "attention_scores", lambda q, k: q @ k.transpose(-2, -1))  # the learner's own, wrong
+    with pytest.raises(AssertionError, match="the check or the library was replaced"):
+        _run_test_cell(WRONG)
+    out = capsys.readouterr().out
+    assert "gpt_lesson.attention.attention_scores is not the course's own" in out and "restart the kernel" in out
+
+
+def test_a_replaced_library_class_or_method_is_found():
+    import gpt_lesson.model as model
+    from gpt_lesson.checks.runner import library_replacements
+
+    assert library_replacements() == []
+    namespace = {"__name__": "__main__"}  # as a notebook cell defines it
+    exec("class MyFFN:\n    pass\n\n\ndef forward(self, idx):\n    return idx\n", namespace)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(model, "FeedForward", namespace["MyFFN"])
+        patch.setattr(model.GPT, "forward", namespace["forward"])
+        assert sorted(library_replacements()) == ["gpt_lesson.model.FeedForward", "gpt_lesson.model.GPT.forward"]
+    assert library_replacements() == []
+
+
+def test_a_right_answer_passes_the_graded_cell_and_rules_stay_in_force(capsys):
+    _run_test_cell("def f(q, k):\n    return q @ k.transpose(-2, -1) / q.size(-1) ** 0.5\n")
+    assert capsys.readouterr().out.count(": passed.") == 2  # the visible and the hidden run
+    with pytest.raises(AssertionError, match="used what the exercise rules out"):
+        _run_test_cell("import torch.nn.functional as F\nf = lambda s: F.softmax(s, dim=-1)\n",
+                       "check_softmax_weights(f, without='softmax')")
+
+
+def test_the_course_config_restores_test_cells():
+    config = nbgrader_course.NBGRADER_CONFIG.format(course_id="x", text_stub="y")
+    assert "c.OverwriteCells.add_missing_cells = True" in config  # a deleted test cell is put back
+    compile(config, "nbgrader_config.py", "exec")

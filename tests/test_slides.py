@@ -23,7 +23,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tools import slide_metrics, slides
-from tools.exercises import without_magics
+from tools.exercises import find_exercises, without_magics
 from tools.slide_metrics import BODY_MIN_PX, CHROMIUM, CODE_MIN_PX, measure_deck, open_browser, screenshot_slide
 from tools.slides import (
     VendorError,
@@ -160,9 +160,62 @@ def test_strip_solutions_removes_every_answer_block_and_keeps_hints(tmp_path):
     ("<details><summary>Hint</summary>x</details>", None),
     ("<details><summary>Teaching note</summary>the answer is 42</details>", None),
     ("<details><summary>Why is the answer NaN?</summary>x</details>", None),
+    # Issue 28: answers under other titles are answers too.
+    ("<details><summary>💡 Solution</summary>x</details>", "Solution"),
+    ("<details><summary>Worked solution</summary>x</details>", "Worked solution"),
+    ("<details><summary>✅ <i>Answer</i></summary>x</details>", "Answer"),
+    ("<details><summary>Show the solution (try first!)</summary>x</details>", "Show the solution"),
+    ("<details><summary>Reveal: model answer</summary>x</details>", "Model answer"),
+    ("<details><summary>👉 参考答案</summary>x</details>", "参考答案"),
+    ("<details><summary>解答</summary>x</details>", "解答"),
+    ("<details open><summary>SOLUTIONS</summary>x</details>", "SOLUTIONS"),
+    ("<details><summary>💡 Hint</summary>x</details>", None),
+    ("<details><summary>Hint: the answer is one line</summary>x</details>", None),
+    ("<details><summary>提示</summary>答案在下面</details>", None),
+    ("<details><summary>🎓 Teaching note</summary>x</details>", None),
+    ("<details><summary>Click to reveal</summary>x</details>", None),
 ])
 def test_answer_kind(block, kind):
     assert answer_kind(block) == kind
+
+
+def test_answer_kind_by_role_finds_code_that_defines_the_exercise_function():
+    block = "<details><summary>Click to reveal</summary>\n\n```python\ndef my_scores(q, k):\n    return q\n```\n</details>"
+    assert answer_kind(block) is None
+    assert answer_kind(block, {"my_scores"}) == "Solution"
+    assert answer_kind(block, {"other"}) is None
+    hint = block.replace("Click to reveal", "Hint")
+    assert answer_kind(hint, {"my_scores"}) is None  # a hint stays a hint
+
+
+def _exercise_notebook(summary: str, where: str = "after") -> nbformat.NotebookNode:
+    solution = (f"<details><summary>{summary}</summary>\n\n```python\ndef my_scores(q, k):\n"
+                "    return q @ k.mT / q.size(-1) ** 0.5\n```\n</details>")
+    cells = [new_markdown_cell("# 99 · Tiny"), new_markdown_cell("## What you will learn"), new_code_cell("import torch"),
+             new_markdown_cell("## 1. Section"), new_markdown_cell("### Your turn 1: scores"),
+             new_code_cell("def my_scores(q, k):\n    raise NotImplementedError"),
+             new_code_cell("check_attention_scores(my_scores)"),
+             new_markdown_cell("<details><summary>💡 Hint</summary>\n\nTranspose k.\n</details>")]
+    cells.insert(4 if where == "above" else len(cells), new_markdown_cell(solution))
+    return new_notebook(cells=cells)
+
+
+@pytest.mark.parametrize("summary", ["Solution", "💡 Solution", "Worked solution", "<b>Our solution</b>",
+                                     "Click to reveal", "Show me", "参考答案"])
+def test_student_copies_drop_answers_under_any_title(summary):
+    nb = _exercise_notebook(summary)
+    stripped, removed = strip_solutions(nb)
+    text = "\n".join(c.source for c in stripped.cells)
+    assert removed == 1 and "return q @ k.mT" not in text and "removed from this copy" in text
+    assert "Transpose k." in text  # the hint stays
+    ex = find_exercises(nb)[0]  # and the exercise's solution cell is found by its role as well
+    assert ex.solution_cells == [len(nb.cells) - 1] and "return q @ k.mT" in ex.solution(nb)
+    assert ex.hint_cells == [len(nb.cells) - 2]
+
+
+def test_an_answer_standing_above_its_exercise_is_dropped_too():
+    stripped, removed = strip_solutions(_exercise_notebook("Click to reveal", where="above"))
+    assert removed == 1 and "return q @ k.mT" not in "\n".join(c.source for c in stripped.cells)
 
 
 def test_strip_solutions_keeps_nested_blocks_whole():

@@ -21,16 +21,22 @@ from dataclasses import dataclass, field
 import nbformat
 
 __all__ = ["Exercise", "cell_text", "find_exercises", "setup_cells", "solution_code", "check_calls",
-           "without_magics", "YOUR_TURN_RE"]
+           "without_magics", "summary_kind", "summary_text", "answer_words", "defined_names", "YOUR_TURN_RE"]
 
-from tools.translation import WORDS
 
 # "### Your turn 1: title" in English, "### 动手练习 1：title" in the Chinese edition.
 YOUR_TURN_RE = re.compile(r"^###\s+(?:Your turn|动手练习)\s*(\d+)\s*[:：]\s*(\S.*)$", re.M)
 LEARN_RE = re.compile(r"^## (?:What you will learn|学习目标)\s*$", re.M)
-_KINDS = {WORDS[lang][key].lower(): key for lang in WORDS for key in ("hint", "solution", "teaching_note")}
 SECTION_RE = re.compile(r"^#{1,3} ", re.M)
-DETAILS_RE = re.compile(r"<details>\s*<summary>\s*(.*?)\s*</summary>", re.S)
+DETAILS_RE = re.compile(r"<details\b[^>]*>\s*<summary\b[^>]*>\s*(.*?)\s*</summary>", re.S | re.I)
+# What a <details> summary says the block is, whatever decorates it ("💡 Solution", "<b>Hint</b>",
+# "Worked solution", "参考答案（中文）"). Hints and teaching notes are named at the start; an answer may be
+# named anywhere in a summary that is not itself a question ("Why is the answer NaN?" is prose).
+_HINT_RE = re.compile(r"^(?:hints?|small hint|提示)\b", re.I)
+_TEACHING_RE = re.compile(r"^(?:teaching notes?|note for (?:the )?(?:teacher|lecturer)s?|教学提示)", re.I)
+_ANSWER_RE = re.compile(r"\b(?:model answers?|sample answers?|solutions?|answers?)\b|参考答案|答案|解答|解法|题解",
+                        re.I)
+_CODE_BLOCK_RE = re.compile(r"```(?:python|py|ipython3?)?[ \t]*\n(.*?)```", re.S)
 
 
 def cell_text(cell) -> str:
@@ -53,7 +59,7 @@ def check_calls(source: str) -> list[str]:
 
 def solution_code(markdown: str) -> str:
     """The ```python blocks of a markdown cell, joined."""
-    return "\n\n".join(re.findall(r"```python\n(.*?)```", markdown, re.S))
+    return "\n\n".join(_CODE_BLOCK_RE.findall(markdown))
 
 
 def without_magics(source: str) -> str:
@@ -61,10 +67,56 @@ def without_magics(source: str) -> str:
     return "\n".join("# " + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
 
 
-def _details_kind(markdown: str) -> str | None:
-    """"hint", "solution" or "teaching_note" for a cell whose first <details> has that summary (any language)."""
+def summary_text(summary_html: str) -> str:
+    """A <summary>'s text without tags and without the emoji, marks and punctuation in front of its words."""
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", summary_html)).strip()
+    return re.sub(r"^[\W_]+", "", text)
+
+
+def summary_kind(summary_html: str) -> str | None:
+    """"hint", "teaching_note" or "answer" for what a <details> summary calls its block (any language), else None.
+
+    The words are found whatever decorates them: "💡 Solution", "Worked solution", "Show the answer",
+    "<b>参考答案</b>" are answers; "Hint: ..." is a hint; a summary that asks a question is neither.
+    """
+    text = summary_text(summary_html)
+    if _HINT_RE.match(text):
+        return "hint"
+    if _TEACHING_RE.match(text):
+        return "teaching_note"
+    if text.endswith(("?", "？")) or not _ANSWER_RE.search(text):
+        return None
+    return "answer"
+
+
+def answer_words(summary_html: str) -> str:
+    """The words of a summary that name an answer ("model answer" in "Reveal: model answer"), or ""."""
+    m = _ANSWER_RE.search(summary_text(summary_html))
+    return m.group(0) if m else ""
+
+
+def defined_names(source: str) -> set[str]:
+    """The functions and classes a piece of code defines at its top level."""
+    try:
+        body = ast.parse(without_magics(source)).body
+    except SyntaxError:
+        return set()
+    return {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def _details_kind(markdown: str, *, after_check: bool = False) -> str | None:
+    """"hint", "solution" or "teaching_note" for a cell whose first <details> block has that role.
+
+    The summary's words decide first; after an exercise's check, a collapsed block that is neither a hint
+    nor a teaching note and holds Python code is that exercise's solution, whatever its title says.
+    """
     m = DETAILS_RE.search(markdown)
-    return _KINDS.get(m.group(1).strip().lower()) if m else None
+    if not m:
+        return None
+    kind = summary_kind(m.group(1))
+    if kind == "answer" or (kind is None and after_check and _CODE_BLOCK_RE.search(markdown[m.end():])):
+        return "solution"
+    return kind
 
 
 @dataclass
@@ -108,7 +160,7 @@ def find_exercises(nb: nbformat.NotebookNode) -> list[Exercise]:
                     ex.other_cells.append(j)
             elif cell.metadata.get("slideshow", {}).get("slide_type") == "notes":
                 ex.other_cells.append(j)
-            elif _details_kind(text) == "solution":
+            elif _details_kind(text, after_check=ex.check_cell is not None) == "solution":
                 ex.solution_cells.append(j)
             elif _details_kind(text) == "hint":
                 ex.hint_cells.append(j)

@@ -19,7 +19,10 @@ How a lesson becomes an assignment (the layout of a lesson's exercises: ``tools/
 - each exercise's check becomes a graded, read-only test cell worth ``--points-per-check`` points: the
   lesson's check call with ``strict=True`` (it raises ``AssertionError`` with the check's diagnosis when
   the answer is wrong or untouched), then the same check with ``hidden=True`` (more inputs, of sizes the
-  student has not seen) between ``### BEGIN HIDDEN TESTS`` / ``### END HIDDEN TESTS``;
+  student has not seen) between ``### BEGIN HIDDEN TESTS`` / ``### END HIDDEN TESTS``. The cell calls the
+  check through a fresh copy of ``gpt_lesson.checks`` (``runner.fresh_checks()``), not by the name the
+  notebook holds, so an answer cell that rebinds ``check_x`` or replaces a library function the check
+  compares with does not pass (the copy refuses to grade against a replaced library);
 - the solution blocks and speaker notes are left out, hints stay, every other answer block (lesson 11's
   self-quiz answers) is replaced by a note; prose and demonstrations become locked, read-only cells;
 - an interview question (a ``## Q1 · ...`` heading, lesson 11) gets a manually graded free-text answer
@@ -44,9 +47,9 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from tools.exercises import Exercise, cell_text, find_exercises, without_magics
-from tools.slides import _details_blocks, answer_kind, find_notebooks, select_notebooks, strip_solutions
+from tools.slides import _details_blocks, answer_kind, exercise_names, find_notebooks, select_notebooks, strip_solutions
 
-__all__ = ["AssignmentSummary", "assignment_notebook", "build_course", "build_parser", "main", "check_source",
+__all__ = ["AssignmentSummary", "assignment_notebook", "build_course", "build_parser", "main", "check_source", "lesson_name",
            "NBGRADER_CONFIG", "QUESTION_RE"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +58,9 @@ QUESTION_RE = re.compile(r"^##\s+(Q\d+)\b[^\n]*", re.M)
 _FIGURE_RE = re.compile(r"\.\./figures/([\w.-]+\.(?:png|jpg|jpeg|gif|svg))")
 _MODEL_ANSWER_KINDS = ("Model answer", "参考答案", "Sample answer")
 _TEXT_STUB = "YOUR ANSWER HERE"
+# An assignment is named after its lesson file: letters, digits, "_" and "-", starting with a letter or digit.
+# Anything else ("..", ".", a leading "-", spaces, dots) is refused before a folder is touched.
+_LESSON_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 # The course folder's configuration. The solution region is replaced by nothing: the answer cell keeps the
 # lesson's stub, which stands above the region. Autograding runs whole lessons: 10 minutes per cell at most.
@@ -64,8 +70,12 @@ c.CourseDirectory.course_id = "{course_id}"
 # An answer cell holds the lesson's stub, then the solution region: the student version keeps the stub.
 c.ClearSolutions.code_stub = {{"python": ""}}
 c.ClearSolutions.text_stub = "{text_stub}"
-# A lesson runs top to bottom when graded; its training cells take seconds to a minute on 2 cores.
+# A lesson runs top to bottom when graded, in a fresh kernel; its training cells take seconds to a minute on
+# 2 cores. (A learner's function that hangs inside a check is stopped by the check itself, after 30 s.)
 c.Execute.timeout = 600
+# Test cells and read-only cells are restored from the gradebook (by their checksums) before grading, so an
+# edited test cell does not count; a deleted one is put back instead of being skipped.
+c.OverwriteCells.add_missing_cells = True
 # Where release_assignment/collect exchange files with the students (shared by everyone on a JupyterHub).
 # c.Exchange.root = "/srv/nbgrader/exchange"
 '''
@@ -133,8 +143,9 @@ def _statements(source: str) -> tuple[list[str], list[str]]:
     return code, checks
 
 
-def check_source(call: str, *, hidden: bool) -> str:
-    """The graded form of a check call: ``strict=True`` (and ``hidden=True``) added.
+def check_source(call: str, *, hidden: bool, module: str | None = None) -> str:
+    """The graded form of a check call: ``strict=True`` (and ``hidden=True``) added, and with ``module`` the
+    check called as an attribute of that name (``_checks.check_x(...)``) instead of by its bare name.
 
     With a check that has no ``strict`` argument (an older checks module), the cell asserts on the
     returned verdict instead, with the check's message, and there are no hidden cases ("").
@@ -149,6 +160,8 @@ def check_source(call: str, *, hidden: bool) -> str:
         raise ValueError(f"{node.func.id} is not a check of gpt_lesson.checks (the call was {call!r})")
     params = inspect.signature(check).parameters
     node.keywords = [k for k in node.keywords if k.arg not in ("strict", "hidden")]
+    if module is not None:
+        node.func = ast.Attribute(value=ast.Name(module, ast.Load()), attr=node.func.id, ctx=ast.Load())
     if "strict" not in params:  # no hidden cases either
         return "" if hidden else f"_verdict = {ast.unparse(node)}\nassert _verdict.passed, _verdict.message"
     node.keywords.append(ast.keyword("strict", ast.Constant(True)))
@@ -159,11 +172,17 @@ def check_source(call: str, *, hidden: bool) -> str:
     return ast.unparse(node)
 
 
+_CHECKS = "_checks"  # the test cells' name for their fresh copy of gpt_lesson.checks
+_FRESH = (f"from gpt_lesson.checks.runner import fresh_checks as _fresh_checks\n"
+          f"{_CHECKS} = _fresh_checks()  # the course's checks, fresh: no name in this notebook reaches them\n")
+
+
 def _test_source(number: int, calls: list[str], points: int) -> str:
-    visible = "\n".join(check_source(c, hidden=False) for c in calls)
-    hidden = "\n".join(s for s in (check_source(c, hidden=True) for c in calls) if s)
+    visible = "\n".join(check_source(c, hidden=False, module=_CHECKS) for c in calls)
+    hidden = "\n".join(s for s in (check_source(c, hidden=True, module=_CHECKS) for c in calls) if s)
     text = (f"# Your turn {number}: graded, {points} point{'s' if points != 1 else ''}. This cell runs the check "
-            "on your answer;\n# when the homework is graded it also runs it on inputs you have not seen.\n" + visible)
+            "on your answer;\n# when the homework is graded it also runs it on inputs you have not seen.\n"
+            + _FRESH + visible)
     if hidden:
         text += f"\n### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS"
     return text
@@ -221,6 +240,7 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
         for i in ex.solution_cells:
             role[i] = ("solution", ex)
 
+    names = exercise_names(nb)  # a block that defines one of them is an answer, whatever its title
     cells, graded = [], []
     question: str | None = None
     pending_answer: str | None = None  # the English model answer of the current question
@@ -272,7 +292,7 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
             m = QUESTION_RE.search(text)
             if m:
                 question = m.group(1)
-            shown, _ = strip_solutions(nbformat.v4.new_notebook(cells=[new_markdown_cell(text)]))
+            shown, _ = strip_solutions(nbformat.v4.new_notebook(cells=[new_markdown_cell(text)]), names=names)
             new = new_markdown_cell(_FIGURE_RE.sub(r"figures/\1", shown.cells[0].source))
             new.metadata = copy.deepcopy(cell.metadata)
             cells.append(_nbgrader(new, grade_id=f"cell-{i}", locked=True))
@@ -292,6 +312,27 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
     return out, graded
 
 
+def lesson_name(path: Path) -> str:
+    """The assignment name of the notebook at ``path`` (its stem), refused unless it is a plain lesson name."""
+    name = Path(path).name
+    stem = name[:-len(".ipynb")] if name.endswith(".ipynb") else Path(path).stem
+    if not _LESSON_NAME_RE.fullmatch(stem):
+        raise ValueError(f"{name!r} is not a plain lesson name: an assignment is named after its notebook, whose "
+                         "name must be letters, digits, '_' or '-' (starting with a letter or digit), like "
+                         "02_attention.ipynb")
+    return stem
+
+
+def _owned_folder(root: Path, name: str) -> Path:
+    """``root/name``, refused unless its resolved path lies strictly inside the resolved ``root``."""
+    folder = root / name
+    inside, resolved = root.resolve(), folder.resolve()
+    if resolved == inside or inside not in resolved.parents:
+        raise ValueError(f"{folder} resolves to {resolved}, outside {inside}: the tool only replaces folders "
+                         "inside the course's source/ folder, so it leaves this one alone")
+    return folder
+
+
 def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str = "gpt-lesson",
                  points_per_check: int = 2, points_per_question: int = 4) -> list[AssignmentSummary]:
     """Write ``out_dir/nbgrader_config.py`` and ``out_dir/source/<lesson>/<lesson>.ipynb`` for each lesson
@@ -299,18 +340,23 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
     out = Path(out_dir)
     if not re.fullmatch(r"[\w.-]+", course_id):
         raise ValueError(f"course_id must be letters, digits, '_', '-' or '.', got {course_id!r}")
+    names = {path: lesson_name(path) for path in notebooks}  # every name is checked before anything is written
     summaries = []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         if not find_exercises(nb):
             continue
-        name = path.stem
+        name = names[path]
         source, graded = assignment_notebook(nb, name, points_per_check=points_per_check,
                                              points_per_question=points_per_question)
-        folder = out / "source" / name
+        (out / "source").mkdir(parents=True, exist_ok=True)
+        folder = _owned_folder(out / "source", name)
+        if folder.is_symlink():
+            raise ValueError(f"{folder} is a symbolic link (to {folder.resolve()}): the tool replaces only folders "
+                             "it made, so it leaves this one alone")
         if folder.exists():
             shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.mkdir()
         figures = sorted({m.group(1) for c in source.cells if c.cell_type == "markdown"
                           for m in re.finditer(r"\bfigures/([\w.-]+)", c.source)})
         for fig in figures:

@@ -48,7 +48,15 @@ from pathlib import Path
 
 import nbformat
 
-from tools.exercises import without_magics
+from tools.exercises import (
+    answer_words,
+    defined_names,
+    find_exercises,
+    solution_code,
+    summary_kind,
+    summary_text,
+    without_magics,
+)
 
 __all__ = [
     "VENDOR_PACKAGES",
@@ -61,6 +69,7 @@ __all__ = [
     "Deck",
     "count_slides",
     "strip_solutions",
+    "exercise_names",
     "write_student_copies",
     "find_notebooks",
     "fetch_vendor",
@@ -212,10 +221,10 @@ require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
 {%%- endblock footer_js -%%}
 """
 
-# A <details> block whose summary names an answer: the solutions of the exercises, lesson 11's model
-# answers (English and Chinese) and its self-quiz answers. Hints and teaching notes are not answers.
-_ANSWER_SUMMARY_RE = re.compile(r"^\s*(model answer|sample answer|answers?|solutions?|参考答案|答案|解答)",
-                                re.IGNORECASE)
+# A <details> block holds an answer when its summary names one (the solutions of the exercises, lesson
+# 11's model answers and self-quiz answers, in any language and whatever decorates the title:
+# tools.exercises.summary_kind), or when its role says so: it defines in code what an exercise asks the
+# learner to write. Hints and teaching notes are not answers.
 _DETAILS_TAG_RE = re.compile(r"<details\b[^>]*>|</details\s*>", re.IGNORECASE)
 _SUMMARY_RE = re.compile(r"^<details\b[^>]*>\s*<summary\b[^>]*>(.*?)</summary>", re.IGNORECASE | re.DOTALL)
 _ANSWER_NOTE = "*({kind} removed from this copy: it is in the teacher's version.)*"
@@ -283,33 +292,59 @@ def _details_blocks(source: str) -> list[tuple[int, int]]:
     return blocks
 
 
-def answer_kind(block: str) -> str | None:
-    """"Solution", "Model answer", "Answer", "参考答案"... when a ``<details>`` block holds an answer, else None."""
+def answer_kind(block: str, exercise_names: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """"Solution", "Model answer", "Answer", "参考答案"... when a ``<details>`` block holds an answer, else None.
+
+    By its summary: any title that names an answer ("💡 Solution", "Worked solution", "Show the answer",
+    "参考答案（中文）"), not a hint or a teaching note, not a question. By its role: a block (other than a hint
+    or a teaching note) whose code defines one of ``exercise_names``, the functions and classes the
+    notebook's exercises ask for, is a "Solution" whatever its title.
+    """
     m = _SUMMARY_RE.match(block)
     if not m:
         return None
-    summary = re.sub(r"<[^>]+>", "", m.group(1)).strip()
-    if not _ANSWER_SUMMARY_RE.match(summary):
-        return None
-    kind = re.split(r"\s*[(（:：]", summary, maxsplit=1)[0].strip()
-    return kind[:1].upper() + kind[1:]
+    kind = summary_kind(m.group(1))
+    if kind == "answer":  # the title up to a bracket or colon, or else the words that name the answer
+        text = re.split(r"\s*[(（:：]", summary_text(m.group(1)), maxsplit=1)[0].strip()
+        if summary_kind(text) != "answer":
+            text = answer_words(m.group(1))
+        return text[:1].upper() + text[1:]
+    if kind is None and exercise_names and defined_names(solution_code(block[m.end():])) & set(exercise_names):
+        return "Solution"
+    return None
 
 
-def strip_solutions(nb: dict, note: str = _ANSWER_NOTE) -> tuple[dict, int]:
+def exercise_names(nb: dict) -> frozenset[str]:
+    """What the notebook's exercises ask the learner to write: the names their stub cells define."""
+    book = nbformat.from_dict(copy.deepcopy(nb)) if not isinstance(nb, nbformat.NotebookNode) else nb
+    try:
+        exercises = find_exercises(book)
+    except (AttributeError, KeyError, TypeError):  # not a lesson-shaped notebook
+        return frozenset()
+    return frozenset(name for ex in exercises for i in ex.stub_cells
+                     for name in defined_names(book.cells[i].source if isinstance(book.cells[i].source, str)
+                                               else "".join(book.cells[i].source)))
+
+
+def strip_solutions(nb: dict, note: str = _ANSWER_NOTE,
+                    names: frozenset[str] | set[str] | None = None) -> tuple[dict, int]:
     """A copy of ``nb`` in which every answer block is replaced by ``note``.
 
-    Answer blocks are the ``<details>`` blocks whose summary starts with Solution, Answer,
-    Model answer or 参考答案/答案 (see :func:`answer_kind`); ``{kind}`` in ``note`` is replaced by that
-    word. Other ``<details>`` blocks (hints, teaching notes) stay. Returns ``(copy, blocks removed)``.
+    Answer blocks are the ``<details>`` blocks :func:`answer_kind` finds: by their summary (Solution,
+    Answer, Model answer, 参考答案/答案, however decorated) or by their role (code that defines what an
+    exercise asks for); ``{kind}`` in ``note`` is replaced by that word. Other ``<details>`` blocks
+    (hints, teaching notes) stay. ``names`` (default: what ``nb``'s own exercises define, :func:`exercise_names`) are
+    the names whose definition marks a block as an answer. Returns ``(copy, blocks removed)``.
     """
     out = copy.deepcopy(nb)
+    names = exercise_names(out) if names is None else frozenset(names)
     removed = 0
     for cell in out["cells"]:
         if cell["cell_type"] != "markdown":
             continue
-        source = cell["source"]
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
         for start, end in reversed(_details_blocks(source)):
-            kind = answer_kind(source[start:end])
+            kind = answer_kind(source[start:end], names)
             if kind is not None:
                 source = source[:start] + note.replace("{kind}", kind) + source[end:]
                 removed += 1

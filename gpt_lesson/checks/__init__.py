@@ -26,12 +26,16 @@ module                        checks                                            
                               ``check_load_source_weights``
 :mod:`.training`              ``check_lr_schedule``, ``check_train_step``,                 09
                               ``check_estimate_loss``, ``check_grad_accumulation``
+:mod:`.interview`             ``check_cached_attention``, ``check_kv_cache_memory``        11
 :mod:`.distributed`           ``check_effective_batch``, ``check_grad_accum_steps``,       12
                               ``check_allreduce_bytes``, ``check_allreduce_average``
 :mod:`.generation`            ``check_temperature_top_k``, ``check_top_p``,                10, 11
                               ``check_decode_step``
 :mod:`.bpe`                   ``check_bpe_merge``, ``check_bpe_encode``,                   13
                               ``check_gpt2_pre_split``
+:mod:`.llama`                 ``check_rms_norm``, ``check_rope``, ``check_repeat_kv``      14
+:mod:`.serving`               ``check_locate``, ``check_grow_table``,                      15
+                              ``check_free_sequence_blocks``
 :mod:`.runner`                the one runner: calls the learner's code, judges, reports
 :mod:`.verdicts`              ``CheckResult``, the labels and messages every check shares
 ============================  ==========================================================  =========
@@ -41,7 +45,22 @@ and the templates of its messages at the top, for the message catalogue.
 """
 from __future__ import annotations
 
-from . import attention, block, bpe, distributed, feed_forward, generation, gpt, heads, tokens, training, verdicts
+from . import (
+    attention,
+    block,
+    bpe,
+    distributed,
+    feed_forward,
+    generation,
+    gpt,
+    heads,
+    interview,
+    llama,
+    serving,
+    tokens,
+    training,
+    verdicts,
+)
 from .attention import check_attention_scores, check_causal_attention, check_softmax_weights
 from .block import check_block, check_layer_norm
 from .bpe import check_bpe_encode, check_bpe_merge, check_gpt2_pre_split
@@ -50,6 +69,9 @@ from .feed_forward import check_feed_forward
 from .generation import check_decode_step, check_temperature_top_k, check_top_p
 from .gpt import check_gpt_forward, check_load_source_weights, check_parameter_count
 from .heads import check_merge_heads, check_split_heads
+from .interview import check_cached_attention, check_kv_cache_memory
+from .llama import check_repeat_kv, check_rms_norm, check_rope
+from .serving import check_free_sequence_blocks, check_grow_table, check_locate
 from .tokens import check_embeddings, check_tokenizer
 from .training import check_estimate_loss, check_grad_accumulation, check_lr_schedule, check_train_step
 from .verdicts import CheckResult
@@ -57,7 +79,7 @@ from .verdicts import CheckResult
 # Every diagnosis label, by constant name (``checks.NO_MASK == "no mask"``), from every module.
 LABELS: dict[str, str] = {
     name: value
-    for module in (verdicts, tokens, attention, heads, feed_forward, block, gpt, training, distributed, generation, bpe)
+    for module in (verdicts, tokens, attention, heads, feed_forward, block, gpt, training, distributed, generation, interview, bpe, llama, serving)
     for name, value in vars(module).items()
     if name.isupper() and not name.startswith("_") and isinstance(value, str)
 }
@@ -74,5 +96,8 @@ __all__ = [
     "check_lr_schedule", "check_train_step", "check_estimate_loss", "check_grad_accumulation",
     "check_effective_batch", "check_grad_accum_steps", "check_allreduce_bytes", "check_allreduce_average",
     "check_temperature_top_k", "check_top_p", "check_decode_step",
+    "check_cached_attention", "check_kv_cache_memory",
     "check_bpe_merge", "check_bpe_encode", "check_gpt2_pre_split",
+    "check_rms_norm", "check_rope", "check_repeat_kv",
+    "check_locate", "check_grow_table", "check_free_sequence_blocks",
 ]

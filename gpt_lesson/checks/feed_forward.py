@@ -12,8 +12,10 @@ GPT-2's, uses GELU, and the message says so.
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn as nn
@@ -23,9 +25,12 @@ from .. import model, reference
 from ..i18n import _
 from .runner import (
     Forbidden,
+    Step,
     call,
     close,
+    exercise_rules,
     expected_got,
+    first_differing_step,
     kind_of,
     learner_check,
     randn,
@@ -34,7 +39,24 @@ from .runner import (
     seeded,
     tensor_kind_problem,
 )
-from .verdicts import MESSAGES, N_, NON_FINITE, WRONG_SHAPE, WRONG_TYPE, WRONG_VALUES, Bug, CheckResult, Verdict, say
+from .verdicts import (
+    MESSAGES,
+    N_,
+    NON_FINITE,
+    NOT_DETERMINISTIC,
+    RULE_BROKEN,
+    STEP_DIFFERS,
+    WRONG_SHAPE,
+    WRONG_TYPE,
+    WRONG_VALUES,
+    Bug,
+    CheckResult,
+    Verdict,
+    say,
+)
+
+# Bound at import: a later assignment to gpt_lesson.model does not change the reference or what is refused.
+_FeedForward, _SourceFeedForward = model.FeedForward, reference.FeedForward
 
 # Labels: stable identifiers in CheckResult.diagnosis.
 NO_EXPANSION = N_("no 4x expansion")
@@ -57,8 +79,11 @@ GELU_MISSING_CUBIC = N_("tanh GELU without the cubic term")
 PLAIN_TANH = N_("plain tanh instead of GELU")
 EXACT_NOT_TANH = N_("nn.GELU() where the tanh formula was asked")
 TANH_NOT_EXACT = N_("tanh GELU where nn.GELU() was asked")
-NOT_DETERMINISTIC = N_("different output on each call")
 INSTANCE_NOT_FACTORY = N_("an instance instead of the class")
+ACTIVATION_TWICE = N_("activation applied twice")
+GELU_SIGMOID_APPROXIMATION = N_("sigmoid approximation of GELU")
+GELU_CUBIC_TERM = N_("tanh GELU: the cubic term misplaced")
+GELU_SIGN = N_("tanh GELU: 1 - tanh instead of 1 + tanh")
 
 TEXTS = {
     "on_size": N_("On n_embd={C}:\n"),
@@ -69,7 +94,17 @@ TEXTS = {
     "non_finite": N_("   your output has NaN or inf."),
     "random": N_("   Your module gave two different outputs for the same input in eval mode. F.dropout(x, p) drops "
                  "at random unless you pass training=self.training: use an nn.Dropout module, which stops in eval "
-                 "mode."),
+                 "mode. Layers created inside forward get new random weights on every call: create them in "
+                 "__init__."),
+    "twice": N_("you applied the activation twice (GELU(GELU(h))); once, between the two Linear layers."),
+    "sigmoid_gelu": N_("you used h * sigmoid(1.702 * h), the sigmoid approximation of GELU; this exercise asks for "
+                       "the tanh one: 0.5 * h * (1 + tanh(sqrt(2 / pi) * (h + 0.044715 * h**3)))."),
+    "cubic_term": N_("your cubic term is {used}; inside the tanh it is h + 0.044715 * h**3 (the cube of h alone)."),
+    "sign": N_("you wrote 1 - tanh(...); GELU is 0.5 * h * (1 + tanh(...))."),
+    "rule_gelu": N_("   This exercise asks for the tanh formula written out with torch.tanh, and your module called "
+                    "{function}. Write 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))."),
+    "step_hidden": N_("the first Linear's output h"),
+    "step_activation": N_("the activation GELU(h)"),
     "problem": N_("   Likely bug ({label}): {hint}"),
     "width": N_("your hidden layer has {width} units ({ratio:g} x n_embd); expand to 4 * n_embd = {four}: "
                 "nn.Linear(n_embd, 4 * n_embd)."),
@@ -125,12 +160,19 @@ def _gelu_tanh(h: torch.Tensor, coefficient: float = 0.044715, constant: float =
 
 
 def _matrices(module: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor], list[tuple[int, ...]]]:
-    """The module's weight matrices and bias vectors; the shapes of anything else."""
+    """The module's weight matrices and bias vectors (as float32 copies, whatever the module's dtype); the shapes
+    of anything else. A bias stored as a (1, n) row or (n, 1) column counts as a vector."""
     mats, vecs, other = [], [], []
     for p in module.parameters():
         p = p.detach()
+        if not p.is_floating_point():
+            other.append(p)
+            continue
+        p = p.float()
         if p.dim() > 2 and all(s == 1 for s in p.shape[2:]):  # Conv1d with kernel 1
             p = p.reshape(p.shape[0], p.shape[1])
+        if p.dim() >= 2 and sum(s != 1 for s in p.shape) == 1:  # a bias as a row, a column, (1, 1, n)
+            p = p.reshape(-1)
         (mats if p.dim() == 2 else vecs if p.dim() == 1 else other).append(p)
     return mats, vecs, [tuple(p.shape) for p in other]
 
@@ -163,7 +205,7 @@ def _candidates(mats: list[torch.Tensor], vecs: list[torch.Tensor], C: int) -> I
 def _reference(W1: torch.Tensor, b1: torch.Tensor | None, W2: torch.Tensor, b2: torch.Tensor | None) -> nn.Module:
     """gpt_lesson.model.FeedForward with the learner's weights copied in."""
     C = W1.shape[1]
-    ref = model.FeedForward(C, dropout=0.0).eval()
+    ref = _FeedForward(C, dropout=0.0).eval()
     with torch.no_grad():
         ref.net[0].weight.copy_(W1)
         ref.net[0].bias.copy_(b1 if b1 is not None else torch.zeros(4 * C))
@@ -197,8 +239,18 @@ def _variants(x: torch.Tensor, W1, b1, W2, b2, gelu: str) -> Iterator[tuple[Bug,
     yield bug(RELU_NOT_GELU, "relu"), lambda: proj(F.relu(h))
     yield bug(PLAIN_TANH, "plain_tanh"), lambda: proj(torch.tanh(h))
     yield bug(SOFTMAX_ACTIVATION, "softmax"), lambda: proj(F.softmax(h, dim=-1))
-    for activation, f in (("SiLU", F.silu), ("sigmoid", torch.sigmoid), ("ELU", F.elu), ("LeakyReLU", F.leaky_relu)):
+    for activation, f in (("SiLU", F.silu), ("sigmoid", torch.sigmoid), ("ELU", F.elu), ("LeakyReLU", F.leaky_relu),
+                          ("Mish", F.mish), ("Hardswish", F.hardswish), ("ReLU6", F.relu6), ("Softplus", F.softplus),
+                          ("SELU", F.selu), ("CELU", F.celu), ("Hardtanh", F.hardtanh)):
         yield bug(OTHER_ACTIVATION, "other_activation", activation=activation), lambda f=f: proj(f(h))
+    for act in (F.gelu, _gelu_tanh):
+        yield bug(ACTIVATION_TWICE, "twice"), lambda act=act: proj(act(act(h)))
+    yield bug(GELU_SIGMOID_APPROXIMATION, "sigmoid_gelu"), lambda: proj(h * torch.sigmoid(1.702 * h))
+    yield (bug(GELU_CUBIC_TERM, "cubic_term", used="h + 0.044715 * h**2"),
+           lambda: proj(0.5 * h * (1 + torch.tanh(_SQRT_2_PI * (h + 0.044715 * h**2)))))
+    yield (bug(GELU_CUBIC_TERM, "cubic_term", used="(h + 0.044715 * h)**3"),
+           lambda: proj(0.5 * h * (1 + torch.tanh(_SQRT_2_PI * (h + 0.044715 * h) ** 3))))
+    yield bug(GELU_SIGN, "sign"), lambda: proj(0.5 * h * (1 - torch.tanh(_SQRT_2_PI * (h + 0.044715 * h**3))))
     for used in (0.44715, 0.0044715, 0.47715):
         yield bug(GELU_COEFFICIENT, "coefficient", used=used), lambda used=used: proj(_gelu_tanh(h, coefficient=used))
     for used, value in (("sqrt(pi / 2)", math.sqrt(math.pi / 2)), ("2 / pi", 2 / math.pi), ("sqrt(2 * pi)",
@@ -215,9 +267,19 @@ def _variants(x: torch.Tensor, W1, b1, W2, b2, gelu: str) -> Iterator[tuple[Bug,
         yield bug(RESIDUAL_INSIDE_FFN, "residual"), lambda act=act: x + proj(act(h))
 
 
+def _steps(x: torch.Tensor, candidates: list[tuple], gelu: str) -> list[Step]:
+    """The lesson's steps with the learner's own weights (the first way of reading them)."""
+    if not candidates:
+        return []
+    W1, b1, _, _ = candidates[0]
+    h = F.linear(x, W1, b1)
+    return [Step(TEXTS["step_hidden"], h), Step(TEXTS["step_activation"], _gelu_tanh(h) if gelu == "tanh" else F.gelu(h))]
+
+
 def _is_affine(module: nn.Module, x1: torch.Tensor, x2: torch.Tensor, forbidden: Forbidden) -> bool:
     """True when module(x1 + x2) == module(x1) + module(x2) - module(0): no non-linearity."""
     outs = [call(module, (x,), forbidden).value for x in (x1 + x2, x1, x2, torch.zeros_like(x1))]
+    outs = [o.float() if isinstance(o, torch.Tensor) and o.is_floating_point() else o for o in outs]
     if not all(isinstance(o, torch.Tensor) and o.is_floating_point() and o.shape == x1.shape for o in outs):
         return False
     return torch.allclose(outs[0], outs[1] + outs[2] - outs[3], atol=1e-4, rtol=1e-3)
@@ -238,7 +300,9 @@ def check_feed_forward(cls_or_fn: Callable[[int], nn.Module], *, gelu: str = "ei
 
     The FFN expands to 4 * n_embd hidden units, applies GELU and projects back, on each position
     on its own. ``gelu="either"`` accepts the exact GELU (``nn.GELU()``) and the tanh formula;
-    ``"exact"`` or ``"tanh"`` demands one of them (lesson 06's second exercise writes the tanh one).
+    ``"exact"`` or ``"tanh"`` demands one of them (lesson 06's second exercise writes the tanh one, so
+    ``"tanh"`` also refuses F.gelu and nn.GELU, even with ``approximate="tanh"``). A module whose
+    parameters are float64 or bfloat16, or whose biases are (1, n) rows, is judged like any other.
     """
     name = "check_feed_forward"
     require_callable(name, cls_or_fn, "a class or function that takes n_embd and returns an nn.Module")
@@ -247,8 +311,11 @@ def check_feed_forward(cls_or_fn: Callable[[int], nn.Module], *, gelu: str = "ei
     verdict = Verdict(name)
     if isinstance(cls_or_fn, nn.Module):
         return verdict.failed(INSTANCE_NOT_FACTORY, say(TEXTS["instance"], kind=type(cls_or_fn).__name__))
-    forbidden = Forbidden({model.FeedForward: "gpt_lesson.model.FeedForward",
-                           reference.FeedForward: "gpt_lesson.reference.FeedForward"})
+    forbidden = Forbidden({_FeedForward: "gpt_lesson.model.FeedForward",
+                           _SourceFeedForward: "gpt_lesson.reference.FeedForward"})
+    def rules() -> AbstractContextManager:  # the tanh exercise asks for the formula written out
+        return exercise_rules(without="gelu") if gelu == "tanh" else nullcontext()
+
     hints = [("cannot be multiplied", TEXTS["global_size"])]
     sizes = [(10, (2, 5, 8)), (11, (1, 4, 12))] + ([(40, (3, 6, 16)), (41, (2, 2, 4))] if hidden else [])
     for i, (seed, (B, T, C)) in enumerate(sizes):
@@ -262,10 +329,17 @@ def check_feed_forward(cls_or_fn: Callable[[int], nn.Module], *, gelu: str = "ei
         if not isinstance(module, nn.Module):
             return verdict.failed(WRONG_TYPE, where + say(TEXTS["not_module"], kind=kind_of(module)))
         module.eval()  # dropout off, so outputs are comparable
+        # A module in float64 or bfloat16 is judged on its formula: a float32 copy runs on float32 inputs.
+        if any(p.is_floating_point() and p.dtype != torch.float32 for p in module.parameters()):
+            module = copy.deepcopy(module).float()
         x = randn(seeded(seed), B, T, C) * 2  # pre-activations spread over the range where activations differ
-        outcomes = [call(module, (x,), forbidden) for _ in range(2)]  # a second call must not raise either
+        with rules():
+            outcomes = [call(module, (x,), forbidden) for _ in range(2)]  # twice: it must not raise, nor differ
+        used_gelu = next((o.rule for o in outcomes if o.rule is not None and gelu == "tanh"), None)
         for outcome in outcomes:
-            early = screen(verdict, outcome, where, hints)
+            if used_gelu is not None:
+                outcome.rule = None  # named below: the exact GELU has a diagnosis of its own
+            early = screen(verdict, outcome, where, hints, pure=True)
             if early is not None:
                 return early
         out, again = (o.value for o in outcomes)
@@ -290,14 +364,17 @@ def check_feed_forward(cls_or_fn: Callable[[int], nn.Module], *, gelu: str = "ei
             text = "\n".join(say(TEXTS["problem"], label=_(b.label), hint=b.text()) for b in problems)
             return verdict.failed("; ".join(b.label for b in problems), where + text)
         if i == 0:
-            n_params = sum(p.numel() for p in module.parameters())
+            n_params = sum(p.numel() for p in made.value.parameters())
         candidates = list(_candidates(mats, vecs, C)) if len(mats) == 2 else []
         with torch.no_grad():
             refs = [ref for c in candidates for ref in _accepted(x, c, gelu)]
-            if any(close(out, ref) for ref in refs):
-                continue
             found = next((b for c in candidates for b, f in _variants(x, *c, gelu) if close(out, f())), None)
+            accepted = any(close(out, ref) for ref in refs)
         expected = refs[0] if refs else out
+        if used_gelu is not None and (found is None or found.label != EXACT_NOT_TANH):
+            return verdict.failed(RULE_BROKEN, where + say(TEXTS["rule_gelu"], function=used_gelu[1]))
+        if accepted:
+            continue
         if found is not None:
             return verdict.failed_with([found], where + expected_got(expected, out))
         g = seeded(seed + 100)
@@ -307,6 +384,11 @@ def check_feed_forward(cls_or_fn: Callable[[int], nn.Module], *, gelu: str = "ei
             return verdict.failed_with([Bug(NOT_POSITION_WISE, TEXTS["mixing"])], where)
         if structure is not None:
             return verdict.failed_with([structure], where)
+        with rules():
+            recorded = call(module, (x,), forbidden, record=True).recorded
+        pointer = first_differing_step(_steps(x, candidates, gelu), recorded)
+        if pointer is not None:
+            return verdict.failed(STEP_DIFFERS, where + pointer)
         diff = (out.double() - expected.double()).abs().max().item()
         return verdict.failed(WRONG_VALUES, where + expected_got(expected, out)
                               + say(MESSAGES["largest_difference"], diff=diff))

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from .. import sampling
 from ..model import GPT, Block, CausalSelfAttention, KVCache, LayerKVCache
+from .attention import LOG_SOFTMAX, NOT_NORMALISED, SOFTMAX_WRONG_DIM
 from .runner import Forbidden, close, learner_check, randn, require_callable, run_cases, seeded
 from .verdicts import N_, Bug, Case, CheckResult, Variant, Verdict, combinations, say
 
@@ -56,9 +57,6 @@ TOP_K_NOT_RENORMALISED = N_("top-k cut after the softmax, not renormalised")
 TOP_K_OFF_BY_ONE = N_("top-k keeps one token too many or too few")
 TOP_K_VALUES_ONLY = N_("only the k kept probabilities returned")
 TOP_K_WRONG_COUNT = N_("top-k keeps another number of tokens")
-SAMPLING_SOFTMAX_WRONG_DIM = N_("softmax over the wrong dimension")
-SAMPLING_LOG_PROBS = N_("log-probabilities instead of probabilities")
-SAMPLING_NOT_NORMALISED = N_("not normalised")
 DECODE_POSITIONS_RESTARTED = N_("positions restarted at 0")
 DECODE_POSITION_ONE_AHEAD = N_("position one ahead")
 DECODE_CACHE_NOT_ADVANCED = N_("cache not advanced")
@@ -367,8 +365,8 @@ def _temperature_top_k_variants(top_k: int | None) -> list[Variant]:
                  ("zero", _bug(TOP_K_MASKED_WITH_ZERO, "k_zero")), ("after", _bug(TOP_K_NOT_RENORMALISED, "k_after")),
                  ("one more", _bug(TOP_K_OFF_BY_ONE, "k_one_more")), ("one fewer", _bug(TOP_K_OFF_BY_ONE, "k_one_fewer")),
                  ("values only", _bug(TOP_K_VALUES_ONLY, "k_values_only"))]
-    dims = [(-1, None), (0, _bug(SAMPLING_SOFTMAX_WRONG_DIM, "softmax_dim"))]
-    log_probs = Variant((_bug(SAMPLING_LOG_PROBS, "log_probs"),),
+    dims = [(-1, None), (0, _bug(SOFTMAX_WRONG_DIM, "softmax_dim"))]
+    log_probs = Variant((_bug(LOG_SOFTMAX, "log_probs"),),
                         lambda z, t, k: torch.log(_temperature_top_k(z, t, k, "divide", "right", -1)))
     return [log_probs, *combinations([temps, cuts, dims], _temperature_top_k, max_bugs=2)]
 
@@ -395,7 +393,7 @@ def _temperature_top_k_bugs(out: torch.Tensor, case: Case) -> list[Bug] | None:
         row = int((kept != top_k).reshape(-1).nonzero()[0])
         return [_bug(TOP_K_WRONG_COUNT, "k_count", got=int(kept.reshape(-1)[row]), k=top_k, row=row)]
     if not torch.allclose(out.sum(dim=-1).double(), torch.ones(out.shape[:-1], dtype=torch.float64), atol=1e-4):
-        return [_bug(SAMPLING_NOT_NORMALISED, "not_normalised")]
+        return [_bug(NOT_NORMALISED, "not_normalised")]
     return None
 
 

@@ -1,14 +1,29 @@
 """Checks for lesson 01 (and 08, 09): a character tokenizer, and token + position embeddings."""
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn
 
-from ..data import CharTokenizer
-from .runner import Forbidden, call, close, kind_of, learner_check, require_callable, run_cases, screen
+from .. import data
+from .runner import (
+    Forbidden,
+    Step,
+    call,
+    close,
+    is_whole_number,
+    kind_of,
+    learner_check,
+    match_variant,
+    require_callable,
+    run_cases,
+    screen,
+)
 from .verdicts import N_, Bug, Case, CheckResult, Verdict, say, variant
+
+_CharTokenizer = data.CharTokenizer  # bound at import: a later assignment to gpt_lesson.data does not change it
 
 # Labels: stable identifiers in CheckResult.diagnosis.
 ENCODE_NOT_IDS = N_("encode did not return integer ids")
@@ -26,6 +41,8 @@ POSITIONS_FROM_TOKEN_IDS = N_("position embedding looked up with token ids")
 POSITIONS_OFF_BY_ONE = N_("positions arange(1, T+1)")
 EMBEDDINGS_NOT_ADDED = N_("embeddings not added")
 ONE_HOT_NO_NUM_CLASSES = N_("F.one_hot without num_classes")
+POSITIONS_FROM_BATCH = N_("positions arange(B), the batch size")
+POSITIONS_REVERSED = N_("positions in reverse")
 
 TEXTS = {
     "encode_raised": N_("encode(text) should look up each character in stoi: [stoi[ch] for ch in text]."),
@@ -37,6 +54,8 @@ TEXTS = {
                   "[stoi[ch] for ch in text]."),
     "length": N_("   encode gave {got} ids for {expected} characters; give exactly one id per character."),
     "not_str": N_("   decode returned {kind}; join the characters into one string: ''.join(itos[i] for i in ids)."),
+    "str_subclass": N_("   decode returned {kind}, a subclass of str with its own comparisons; return a plain str: "
+                       "''.join(itos[i] for i in ids)."),
     "round_trip": N_("   expected: {expected!r} (from character {first})\n   got:      {got!r}{lengths}\n"
                      "   Likely bug: encode and decode must be inverse lookups: stoi = {{ch: i}}, itos = {{i: ch}}."),
     "lengths": N_(" ({got} characters instead of {expected})"),
@@ -64,13 +83,24 @@ TEXTS = {
                          "use torch.arange(T); with T = block_size the last one would not even be in the table."),
     "multiplied": N_("you multiplied the embeddings; GPT adds them: tok_emb + pos_emb."),
     "concatenated": N_("you concatenated the embeddings (2 * n_embd channels); GPT adds them: tok_emb + pos_emb."),
+    "averaged": N_("you averaged the embeddings; GPT adds them: tok_emb + pos_emb."),
+    "pos_from_batch": N_("your positions are 0..B-1 with B = idx.shape[0], the batch size; the positions are 0..T-1 "
+                         "with T = idx.shape[1]: pos_table(torch.arange(T))."),
+    "pos_reversed": N_("your positions run backwards (T-1, ..., 0); the first token is at position 0: "
+                       "pos_table(torch.arange(T))."),
+    "one_hot_size": N_("a one-hot matrix needs as many columns as the table it multiplies has rows: "
+                       "F.one_hot(idx, tok_table.num_embeddings) for the tokens and F.one_hot(positions, "
+                       "pos_table.num_embeddings) for the positions (a fixed number fits one table only)."),
+    "step_tokens": N_("the token embedding tok_table(idx)"),
+    "step_positions": N_("the position embedding pos_table(torch.arange(T))"),
     "one_hot": N_("F.one_hot(idx) without num_classes makes idx.max() + 1 columns, not vocab_size: it works only "
                   "when the largest id happens to be in the batch. Pass the table size: "
                   "F.one_hot(idx, tok_table.num_embeddings) (and pos_table.num_embeddings for the positions)."),
     "whole_table": N_("look up one position per token: pos_table(torch.arange(T)) with T = idx.shape[1], not the "
                       "whole table."),
     "out_of_range": N_("an index is past the end of a table: positions go 0..T-1 (torch.arange(T)) and token ids "
-                       "0..vocab_size-1."),
+                       "0..vocab_size-1. The position table has block_size rows, so looking positions up with the "
+                       "token ids (pos_table(idx)) fails as soon as an id is >= block_size."),
     "same_dtype": N_("F.one_hot gives integers: convert to float before the product, F.one_hot(...).float()."),
     "case_idx": N_("idx of shape {shape}"),
     "embeddings_passed": N_("Your embeddings equal tok_table(idx) + pos_table(torch.arange(T))."),
@@ -85,8 +115,8 @@ def _ids_list(ids: object) -> list[int] | None:
     if type(ids).__module__ == "numpy":  # a NumPy array of integers
         whole = getattr(getattr(ids, "dtype", None), "kind", "") in "iu"
         return [int(i) for i in ids.tolist()] if getattr(ids, "ndim", 0) == 1 and whole else None
-    if isinstance(ids, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        return list(ids)
+    if isinstance(ids, (list, tuple)) and all(is_whole_number(i) for i in ids):  # ints or NumPy integers
+        return [int(i) for i in ids]
     return None
 
 
@@ -112,7 +142,13 @@ def _order_bug(mapping: dict[str, int], vocab: list[str] | None, decode: Callabl
         return Bug(IDS_NOT_0_TO_V, TEXTS["not_0_to_v"], {"top": max(ids)})
     # Every id from 0 to the largest one must decode, to distinct characters in sorted order.
     probe = list(range(max(ids) + 1))
-    out = call(decode, (torch.tensor(probe) if isinstance(like, torch.Tensor) else probe,), forbidden)
+    if isinstance(like, torch.Tensor):
+        asked: object = torch.tensor(probe)
+    elif type(like).__module__ == "numpy":
+        asked = sys.modules["numpy"].array(probe)
+    else:
+        asked = probe
+    out = call(decode, (asked,), forbidden)
     prefix = out.value if out.error is None and not out.stub else None
     if isinstance(prefix, str) and len(prefix) == len(probe) and all(a < b for a, b in zip(prefix, prefix[1:])):
         return None
@@ -147,7 +183,7 @@ def check_tokenizer(encode: Callable[[str], Sequence[int]], decode: Callable[[Se
         if missing:
             raise ValueError(f"{name}(): the text has characters {missing[:10]} that are not in chars")
     verdict = Verdict(name)
-    forbidden = Forbidden({CharTokenizer: "gpt_lesson.data.CharTokenizer"})
+    forbidden = Forbidden({_CharTokenizer: "gpt_lesson.data.CharTokenizer"})
     texts = [text] + ([text[::-1], "".join(sorted(set(text), reverse=True))] if hidden else [])
     for t in texts:
         out = call(encode, (t,), forbidden)
@@ -164,8 +200,9 @@ def check_tokenizer(encode: Callable[[str], Sequence[int]], decode: Callable[[Se
         early = screen(verdict, back, say(TEXTS["in_decode"]), [("", TEXTS["decode_raised"])])
         if early is not None:
             return early
-        if not isinstance(back.value, str):
-            return verdict.failed(DECODE_NOT_STR, say(TEXTS["not_str"], kind=kind_of(back.value)))
+        if type(back.value) is not str:
+            key = "str_subclass" if isinstance(back.value, str) else "not_str"
+            return verdict.failed(DECODE_NOT_STR, say(TEXTS[key], kind=kind_of(back.value)))
         if back.value != t:
             got = back.value
             first = next((i for i, (a, b) in enumerate(zip(t, got)) if a != b), min(len(t), len(got)))
@@ -204,10 +241,31 @@ def _embedding_variants() -> list:
                 lambda i, t, p: p(_positions(i)).expand(i.size(0), -1, -1)),
         variant(POSITIONS_FROM_TOKEN_IDS, TEXTS["pos_from_ids"], lambda i, t, p: t(i) + p(i)),
         variant(POSITIONS_OFF_BY_ONE, TEXTS["pos_off_by_one"], lambda i, t, p: t(i) + p(_positions(i, 1))),
+        variant(POSITIONS_REVERSED, TEXTS["pos_reversed"], lambda i, t, p: t(i) + p(_positions(i).flip(0))),
+        variant(POSITIONS_FROM_BATCH, TEXTS["pos_from_batch"], lambda i, t, p: t(i) + p(torch.arange(i.size(0)))),
         variant(EMBEDDINGS_NOT_ADDED, TEXTS["multiplied"], lambda i, t, p: t(i) * p(_positions(i))),
+        variant(EMBEDDINGS_NOT_ADDED, TEXTS["averaged"], lambda i, t, p: (t(i) + p(_positions(i))) / 2),
         variant(EMBEDDINGS_NOT_ADDED, TEXTS["concatenated"],
                 lambda i, t, p: torch.cat([t(i), p(_positions(i)).expand(i.size(0), -1, -1)], dim=-1)),
     ]
+
+
+def _embedding_case(seed: int, V: int, block_size: int, C: int, B: int, T: int, top: int | None = None) -> Case:
+    torch.manual_seed(seed)
+    tok, pos = _Embedding(V, C), _Embedding(block_size, C)
+    idx = torch.randint(V if top is None else top, (B, T))
+
+    def steps() -> list[Step]:
+        with torch.no_grad():
+            return [Step(TEXTS["step_tokens"], tok(idx)), Step(TEXTS["step_positions"], pos(torch.arange(T)))]
+
+    def expected() -> torch.Tensor:
+        with torch.no_grad():
+            return tok(idx) + pos(torch.arange(T))
+    return Case((idx, tok, pos), say(TEXTS["case_idx"], shape=(B, T)), expected, _embedding_variants(), steps)
+
+
+_Embedding = nn.Embedding
 
 
 @learner_check
@@ -218,34 +276,53 @@ def check_embeddings(fn: Callable[[torch.Tensor, nn.Embedding, nn.Embedding], to
     ``idx`` is (B, T) token ids; ``tok_table`` (vocab_size rows) and ``pos_table`` (block_size
     rows) are ``nn.Embedding`` modules, as ``GPT.token_embedding_table`` and
     ``GPT.position_embedding_table``. The first input leaves out the largest token id and is
-    shorter than block_size, so ``F.one_hot`` without ``num_classes`` and ``arange(1, T + 1)`` show.
+    shorter than block_size, so ``F.one_hot`` without ``num_classes`` and ``arange(1, T + 1)`` show; the
+    inputs differ in every size (vocabulary, block_size, n_embd, B, T), and the second has ids past
+    block_size, so positions looked up with token ids fail there. Lesson 01's third exercise passes
+    ``without="tables"``: no ``tok_table(idx)``, ``F.embedding`` or ``weight[idx]``.
     """
     name = "check_embeddings"
     require_callable(name, fn)
-    vocab_size, block_size, C = 7, 8, 6
-    sizes = [(14, (2, 5)), (15, (3, 8))] + ([(16, (1, 3)), (17, (4, 6))] if hidden else [])
-    cases = []
-    for seed, (B, T) in sizes:
-        torch.manual_seed(seed)
-        tok, pos = nn.Embedding(vocab_size, C), nn.Embedding(block_size, C)
-        idx = torch.randint(vocab_size - 1 if not cases else vocab_size, (B, T))
-        with torch.no_grad():
-            expected = tok(idx) + pos(torch.arange(T))
-        cases.append(Case((idx, tok, pos), say(TEXTS["case_idx"], shape=(B, T)), expected, _embedding_variants()))
+    sizes = [(14, 7, 8, 6, 2, 5, 6), (15, 11, 9, 4, 3, 9, None)]
+    sizes += [(16, 5, 12, 8, 1, 3, None), (17, 13, 6, 5, 4, 6, None)] if hidden else []
+    cases = [_embedding_case(*size) for size in sizes]
 
     def on_error(error: Exception, case: Case) -> list[Bug] | None:
-        """Code that fails here but works once every id and position is present: F.one_hot without sizes."""
-        if "cannot be multiplied" not in str(error):
+        """Name the bug behind an error by running the learner's code again where that bug does not raise."""
+        idx, tok, pos = case.args
+        V, block_size = tok.num_embeddings, pos.num_embeddings
+        text = str(error)
+        if "cannot be multiplied" in text or "smaller than num_classes" in text:
+            # Every id and every position present: F.one_hot without num_classes then gives full-size matrices.
+            rows = -(-V // block_size)
+            full = (torch.arange(rows * block_size) % V).view(rows, block_size)
+            again = call(fn, (full, tok, pos))
+            with torch.no_grad():
+                expected = tok(full) + pos(torch.arange(block_size))
+            if isinstance(again.value, torch.Tensor) and again.value.is_floating_point() \
+                    and close(again.value, expected):
+                return [Bug(ONE_HOT_NO_NUM_CLASSES, TEXTS["one_hot"])]
             return None
-        _, tok, pos = case.args
-        full = (torch.arange(block_size) % vocab_size)[None, :]
-        again = call(fn, (full, tok, pos))
-        with torch.no_grad():
-            expected = tok(full) + pos(torch.arange(block_size))
-        if isinstance(again.value, torch.Tensor) and again.value.is_floating_point() and close(again.value, expected):
-            return [Bug(ONE_HOT_NO_NUM_CLASSES, TEXTS["one_hot"])]
+        if "must match the size" in text and idx.size(0) > 1:
+            # One sequence: positions taken from the batch size (arange(B)) broadcast there and show as a variant.
+            one = idx[:1]
+            again = call(fn, (one, tok, pos))
+            found = None
+            if isinstance(again.value, torch.Tensor) and again.value.is_floating_point():
+                found = match_variant(again.value, Case((one, tok, pos), "", None, _embedding_variants()))
+            return list(found.bugs) if found is not None and found.bugs[0].label == POSITIONS_FROM_BATCH else None
+        if "index out of range" in text:
+            # Ids and positions that fit both tables: a bug that indexes past the end shows as a variant there.
+            gentle = idx[:, : min(idx.size(1), block_size - 1)] % min(V, block_size - 1)
+            again = call(fn, (gentle, tok, pos))
+            probe = Case((gentle, tok, pos), "", None, _embedding_variants())
+            found = None
+            if isinstance(again.value, torch.Tensor) and again.value.is_floating_point():
+                found = match_variant(again.value, probe)
+            return list(found.bugs) if found is not None else None
         return None
 
     hints = [("must match the size", TEXTS["whole_table"]), ("index out of range", TEXTS["out_of_range"]),
-             ("same dtype", TEXTS["same_dtype"])]
+             ("same dtype", TEXTS["same_dtype"]), ("cannot be multiplied", TEXTS["one_hot_size"]),
+             ("smaller than num_classes", TEXTS["one_hot_size"])]
     return run_cases(Verdict(name), fn, cases, hints=hints, on_error=on_error, success=say(TEXTS["embeddings_passed"]))

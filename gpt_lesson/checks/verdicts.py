@@ -34,6 +34,14 @@ INTEGER_OUTPUT = N_("integer output")
 BOOL_OUTPUT = N_("bool output")
 FLOAT_NOT_INT = N_("float instead of int")
 CALLED_LIBRARY = N_("called the library's function")
+RULE_BROKEN = N_("used what the exercise rules out")
+RULE_NOT_USED = N_("did not use what the exercise asks for")
+INPUT_MODIFIED = N_("changed its input in place")
+NOT_DETERMINISTIC = N_("different output on each call")
+TIMED_OUT = N_("did not finish in time")
+DIMS_PERMUTED = N_("dimensions in another order")
+STEP_DIFFERS = N_("a step differs from the lesson's")
+TAMPERED = N_("the check or the library was replaced")
 
 MESSAGES = {
     "passed": N_("✅ {name}: passed. {text}"),
@@ -64,6 +72,51 @@ MESSAGES = {
     "called_gpt_lesson": N_("   You called gpt_lesson's own function {function}, which is what this check "
                             "compares with; write the steps yourself."),
     "called_torch": N_("   You called {function}, which computes the whole answer; write the steps yourself."),
+    "rule_broken": N_("   This exercise asks for it without {rule}, and your function called {function}. Write the steps "
+                      "yourself, as the exercise's text says."),
+    "rule_not_used": N_("   This exercise asks you to use {rule}, and your function never called it."),
+    "input_modified": N_("   Your function changed its argument {names} in place (an in-place operation such as +=, -=, "
+                         "masked_fill_, .exp_(), .copy_() or .train() on a module given to it): the caller's {what} "
+                         "changes too. Work on a new tensor (x = x + ..., masked_fill without the _) and leave the "
+                         "arguments as they came."),
+    "what_tensor": N_("tensor"),
+    "what_module": N_("module"),
+    "not_deterministic": N_("   Your function gave two different results for the same input: something random runs "
+                            "inside it. F.dropout(x, p) drops at random unless you pass training=False; torch.rand/randn "
+                            "or a layer created inside the function give new numbers on each call."),
+    "timed_out": N_("   Your function did not return within {seconds:g} s, so the check stopped it. Look for a "
+                    "loop that never ends (a while whose condition never changes) or work that grows with a size "
+                    "the check did not ask for. If it keeps running, restart the kernel."),
+    "dims_permuted": N_("   Your output has shape {got} and holds the right numbers with its dimensions in another "
+                        "order: expected shape {expected}. A transpose or permute too many, or one missing."),
+    "step_differs": N_("   {steps_ok}{step} differs from the lesson's: expected {expected}; of your intermediate "
+                       "results of that shape, the closest was {closest}."),
+    "step_differs_none": N_("   {steps_ok}{step} differs from the lesson's: expected {expected}; none of your "
+                            "intermediate results has that shape."),
+    "steps_ok": N_("Your steps agree with the lesson's up to {last}; "),
+    "after_steps": N_("   Your steps agree with the lesson's up to {last}; what your function does after that "
+                      "step differs."),
+    "after_result": N_("   At one point your function had the right result; what it does after that changes it."),
+    "largest_difference_only": N_("\n   The largest difference is {diff:.4g}."),
+    "hint_3d_T": N_("`.T` on a {ndim}-D tensor reverses all its dimensions ({before} becomes {after}); to swap the "
+                    "last two use .transpose(-2, -1) or .mT."),
+    "hint_keepdim": N_("a reduction without keepdim=True: {call} gave shape {got} for an input of shape {shape}, and "
+                       "that no longer lines up with the input. Pass keepdim=True (shape {kept})."),
+    "hint_contiguous": N_("after a transpose the tensor is not contiguous: call .contiguous() before .view(), or use "
+                          ".reshape()."),
+    "hint_max_pair": N_(".max(dim) returns a pair (values, indices): use .max(dim, keepdim=True).values, or .amax(dim, "
+                        "keepdim=True)."),
+    "hint_float_size": N_("a size computed with / is a float; sizes are whole numbers: use // (C // n_head)."),
+    "hint_dtype": N_("two tensors of different dtypes meet in one operation: convert one of them (.float(), "
+                     ".to(x.dtype)) first."),
+    "hint_super_init": N_("call super().__init__() first in your class's __init__, before you create its layers."),
+    "hint_forward": N_("an nn.Module runs its method forward(self, x): define it (check its spelling)."),
+    "hint_arguments": N_("the check calls your function with {count} arguments: give it exactly the parameters the "
+                         "exercise names."),
+    "hint_recursion": N_("your function calls itself: did you give it the name of a function it uses?"),
+    "hint_name": N_("{detail}: run the cell that defines it first, or check its spelling."),
+    "tampered": N_("   {what} is not the course's own: it was replaced by other code in this session. The check does "
+                   "not grade against a replaced reference: restart the kernel and run the notebook from the top."),
     "value_mismatch": N_("   For {args} expected {expected}, got {got}."),
     "value_bool": N_("   For {args} your function returned {got}, a bool; return a whole number (int)."),
     "value_float": N_("   For {args} your function returned {got!r}, a float; return an int: use integer "
@@ -151,12 +204,17 @@ class Case:
     """One input of a check: the arguments, a description, the reference output and the variants.
 
     ``variants`` may be a generator: it is consumed only if the learner's answer is wrong.
+    ``expected`` may be a function of no arguments, called once the learner's function has returned (the
+    reference then exists in no frame the learner's code could reach). ``steps`` (a list of
+    :class:`gpt_lesson.checks.runner.Step`, or a function giving one) are the lesson's intermediate
+    results, for a pointer to the first step that differs.
     """
 
     args: tuple
     description: str
     expected: Any
     variants: Iterable[Variant] = ()
+    steps: Any = ()
 
 
 def bug_text(bugs: Sequence[Bug]) -> str:
