@@ -140,6 +140,13 @@ def _check_fits(path: Path, state: dict[str, torch.Tensor], config: GPTConfig) -
     blocks = {k.split(".")[1] for k in state if k.startswith("blocks.")}
     if len(blocks) != config.n_layer:
         raise CheckpointError(path, f"its config says n_layer={config.n_layer} but it holds {len(blocks)} blocks")
+    # A causal=False model drops the mask it is given (lesson 11 loads a causal model's weights on purpose), so a
+    # file must not say causal=False over causal masks: one flipped bit in its config would open the future.
+    masks = [] if config.causal else [k for k, t in state.items() if k.endswith(".sa.tril") and isinstance(t, torch.Tensor)
+                                      and t.dim() == 2 and t.size(0) == t.size(1) > 1 and torch.equal(t, t.tril())]
+    if masks:
+        raise CheckpointError(path, f"its config says causal=False but {masks[0]} is a causal mask (lower-triangular): "
+                                    "the file is damaged or was edited")
     with torch.device("meta"):
         skeleton = GPT(config)
     try:

@@ -125,13 +125,16 @@ class CausalSelfAttention(nn.Module):
         # The mask is a saved buffer: a checkpoint whose tril was edited would let the model read the future.
         key, tril = prefix + "tril", state_dict.get(prefix + "tril")
         if isinstance(tril, torch.Tensor) and tril.dim() == 2 and tril.size(0) == tril.size(1):
-            expected = torch.ones(tril.shape, dtype=tril.dtype, device=tril.device)
-            if not torch.equal(tril, expected.tril() if self.causal else expected):
-                what = "the lower-triangular matrix of ones torch.tril(torch.ones(T, T))" if self.causal else \
-                    "the matrix of ones of a causal=False model"
-                raise ValueError(f"{key} in the checkpoint is not {what}: loading it would change what positions "
-                                 "see. The checkpoint is damaged or was edited, or comes from a model with other "
-                                 f"options (this one has causal={self.causal})")
+            ones = torch.ones(tril.shape, dtype=tril.dtype, device=tril.device)
+            if self.causal and not torch.equal(tril, ones.tril()):
+                raise ValueError(f"{key} in the checkpoint is not the lower-triangular matrix of ones "
+                                 "torch.tril(torch.ones(T, T)): loading it would let positions see the future. The "
+                                 "checkpoint is damaged or was edited, or comes from a model with causal=False")
+            if not self.causal:  # a causal model's weights, loaded on purpose (lesson 11): this model keeps no mask
+                if not (torch.equal(tril, ones) or torch.equal(tril, ones.tril())):
+                    raise ValueError(f"{key} in the checkpoint is neither a causal mask nor a matrix of ones: "
+                                     "the checkpoint is damaged or was edited")
+                state_dict[key] = ones
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 

@@ -252,10 +252,21 @@ def test_causal_false_is_a_mask_of_ones_and_its_checkpoint_says_so():
     assert torch.equal(open_.blocks[0].sa.tril, torch.ones(8, 8))
     causal = GPT(30, 16, 2, 1, 8)
     with pytest.raises(ValueError, match=r"blocks.0.sa.tril in the checkpoint is not the lower-triangular matrix .*"
-                                         r"this one has causal=True"):
+                                         r"comes from a model with causal=False"):
         causal.load_state_dict(open_.state_dict())  # a flipped causal flag is caught by the mask it saved
-    with pytest.raises(ValueError, match="is not the matrix of ones of a causal=False model"):
-        open_.load_state_dict(causal.state_dict())
+    # Lesson 11: a causal model's weights loaded on purpose into causal=False; its mask stays a matrix of ones.
+    open_.load_state_dict(causal.state_dict())
+    assert torch.equal(open_.blocks[0].sa.tril, torch.ones(8, 8))
+    idx = torch.randint(0, 30, (1, 8))
+    with torch.no_grad():
+        early = open_(idx)[0][0, 0]
+        later = idx.clone()
+        later[0, -1] = (later[0, -1] + 1) % 30
+        assert not torch.allclose(early, open_(later)[0][0, 0])  # position 0 sees the last token: no mask
+    damaged = causal.state_dict()
+    damaged["blocks.0.sa.tril"] = torch.eye(8)
+    with pytest.raises(ValueError, match="neither a causal mask nor a matrix of ones"):
+        open_.load_state_dict(damaged)
 
 
 def test_count_parameters_by_part_needs_a_gpt():

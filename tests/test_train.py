@@ -721,3 +721,13 @@ def test_loop_helpers_name_their_arguments(tokens):
         estimate_loss(model, {"val": tokens}, batch_size=4, eval_iters=0)
     with pytest.raises(ValueError, match="batch_size=0 must be a positive integer"):
         evaluate_split(model, tokens, batch_size=0)
+
+
+def test_a_checkpoint_whose_config_says_causal_false_over_causal_masks_is_refused(good_file, tmp_path):
+    """One flipped bit turning causal=True into False would open the future: the file must agree with itself."""
+    ckpt = torch.load(good_file, weights_only=True)
+    ckpt["config"]["causal"] = False
+    path = write_payload(tmp_path / "flipped.pt", ckpt)
+    with pytest.raises(CheckpointError, match=rf"cannot load the checkpoint {path}: its config says causal=False but "
+                                              r"blocks.\d.sa.tril is a causal mask"):
+        load_checkpoint(path)
