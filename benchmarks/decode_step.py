@@ -5,7 +5,7 @@ The hand-written step runs the operators a decode step needs and nothing else: n
 argument checks, q, k and v split in one call, weights bound to local names. It is not code the
 course would teach (it no longer reads like the source model); it is the ceiling of eager code
 here, so it says whether a tokens/s target is a matter of the library's code or of eager PyTorch.
-The compiled step is ``generate(..., compile=True)``'s (``gpt_lesson.sampling._CompiledStep``).
+The compiled step is ``generate(..., compile=True)``'s (``gpt_lesson.kv_cache.CompiledDecodeStep``).
 Each step's logits are checked against the library's eager step.
 
     python benchmarks/decode_step.py            # 1 thread, as generate() runs cached steps
@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from _common import machine, parser, save, setup
 from kv_cache import CONFIG
 
-from gpt_lesson.model import GPT, KVCache
-from gpt_lesson.sampling import _CompiledStep, _decode_step
+from gpt_lesson.kv_cache import CompiledDecodeStep, KVCache, decode_step
+from gpt_lesson.model import GPT
+from gpt_lesson.runtime import onednn
 
 CONTEXT = 200  # cached positions when the timed steps start
 
@@ -56,18 +57,18 @@ def main() -> None:
     p.set_defaults(threads=1)
     args = p.parse_args()
     setup(args)
-    torch.backends.mkldnn.enabled = False  # as generate() runs cached steps (PyTorch's own GELU)
     torch.manual_seed(0)
     model = GPT(CONFIG).eval()
     prompt = torch.randint(0, CONFIG.vocab_size, (1, CONTEXT), generator=torch.Generator().manual_seed(1))
     steps, repeat = (50, 3) if args.quick else (200, 6)
     hand = hand_written_step(model)
-    compiled = _CompiledStep()
-    ways = {"library, eager": lambda cache: _decode_step(model, torch.tensor([[7]]), cache),
+    compiled = CompiledDecodeStep()
+    ways = {"library, eager": lambda cache: decode_step(model, torch.tensor([[7]]), cache),
             "hand-written, eager": lambda cache: hand(7, cache),
             "library, compiled": lambda cache: compiled(model, torch.tensor([[7]]), cache)}
     rows = []
-    with torch.inference_mode():
+    # PyTorch's own GELU, as runtime.decode_settings() chooses for one-token steps (setup() set the threads).
+    with torch.inference_mode(), onednn(False):
         def fresh_cache() -> KVCache:
             cache = KVCache.for_model(model)
             model(prompt, kv_cache=cache)
@@ -80,7 +81,7 @@ def main() -> None:
                 way(cache)
             return _common._clock() - t0
 
-        reference = _decode_step(model, torch.tensor([[7]]), fresh_cache())
+        reference = decode_step(model, torch.tensor([[7]]), fresh_cache())
         differences = {}
         for name, way in ways.items():
             logits = way(fresh_cache())
@@ -97,10 +98,10 @@ def main() -> None:
                          "max_logit_difference": differences[name]})
             print(f"{name:20s} {1e6 * seconds:7.0f} us per step = {1 / seconds:6,.0f} steps/s "
                   f"(logits within {differences[name]:.1e} of the library's eager step)", flush=True)
-    if _CompiledStep.failure:
-        print(f"the compiled step fell back to eager: {_CompiledStep.failure}")
+    if compiled.failure:
+        print(f"the compiled step fell back to eager: {compiled.failure}")
     results = {"config": CONFIG.to_dict(), "context": CONTEXT, "steps": steps, "machine": machine(),
-               "compile_failure": _CompiledStep.failure, "rows": rows}
+               "compile_failure": compiled.failure, "rows": rows}
     if not args.no_save:
         save("decode_step", results, plot(results))
 

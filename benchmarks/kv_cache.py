@@ -9,9 +9,9 @@ Besides tokens/s and the speed-ups over the uncached path, it prints how close t
 step comes to its arithmetic limit: the FLOPs of one token (every weight matrix once, and
 attention over the cached positions) divided by the measured float32 matmul peak.
 
-``generate(..., use_cache=True)`` runs its one-token steps on one thread whatever
-``--threads`` says (one token's operators are too small to share); ``--threads`` sets the
-threads of the uncached path and of the matmul peak.
+The cached modes run inside ``gpt_lesson.runtime.decode_settings()`` (one thread whatever
+``--threads`` says, and PyTorch's own GELU: one token's operators are too small to share), as
+lesson 10 asks for them; ``--threads`` sets the threads of the uncached path and of the matmul peak.
 
     python benchmarks/kv_cache.py                          # full run, 2 threads, wall clock
     python benchmarks/kv_cache.py --threads 1 --clock cpu  # process time, for a busy machine
@@ -27,6 +27,7 @@ from _common import best_seconds, machine, markdown_table, parser, save, setup
 from train_step import matmul_peak
 
 from gpt_lesson.model import GPT, GPTConfig
+from gpt_lesson.runtime import decode_settings
 from gpt_lesson.sampling import generate
 
 CONFIG = GPTConfig(vocab_size=65, n_embd=128, n_head=4, n_layer=4, block_size=1024, dropout=0.0, attn_impl="sdpa")
@@ -52,13 +53,21 @@ def flops_per_token(context: float) -> float:
     return weights + attention
 
 
+def _generate(model: GPT, prompt: torch.Tensor, n: int, **options) -> torch.Tensor:
+    """Greedy ``generate``; the cached modes under :func:`~gpt_lesson.runtime.decode_settings`."""
+    if not options.get("use_cache"):
+        return generate(model, prompt, n, temperature=0, **options)
+    with decode_settings():
+        return generate(model, prompt, n, temperature=0, **options)
+
+
 def measure(model: GPT, prompt: torch.Tensor, n: int, repeat: int, peak_flops: float) -> dict:
     row: dict = {"new_tokens": n}
     tokens = {}
     for mode, options in MODES.items():
-        tokens[mode] = generate(model, prompt, n, temperature=0, **options)  # also the warm-up
+        tokens[mode] = _generate(model, prompt, n, **options)  # also the warm-up
         reps = max(2, repeat // 2) if mode == "no_cache" and n >= 300 else repeat  # the slow path: fewer repeats
-        seconds = best_seconds(lambda options=options: generate(model, prompt, n, temperature=0, **options), reps,
+        seconds = best_seconds(lambda options=options: _generate(model, prompt, n, **options), reps,
                                warmup=0)
         row[f"tokens_per_s_{mode}"] = n / seconds
     # The arithmetic limit of one step at the mean context of the run, at the matmul peak.
@@ -118,7 +127,7 @@ def main() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         t0 = time.perf_counter()
-        generate(model, prompt, 8, temperature=0, **MODES["compiled"])  # the first call compiles
+        _generate(model, prompt, 8, **MODES["compiled"])  # the first call compiles
         results["compile_seconds"] = time.perf_counter() - t0
     fallback = [str(w.message) for w in caught if "torch.compile" in str(w.message)]
     results["compile_fallback"] = fallback[0] if fallback else None

@@ -1,7 +1,11 @@
 """The pieces of scaled dot-product attention, one function per step.
 
-Lessons show these one at a time; :mod:`gpt_lesson.model` composes them, so the
-course has exactly one implementation of attention.
+Lessons show these one at a time, on tensors they make themselves. The model does not call them:
+:class:`gpt_lesson.model.CausalSelfAttention` writes the same steps inline, as the source model
+does, so it reads like the source; :mod:`gpt_lesson.kv_cache` runs the model's layers on new
+positions (with :func:`one_query_attention` in the compiled step). Every path computes the same
+numbers: ``tests/test_kv_cache.py`` and ``tests/test_attention.py`` compare them (the explicit steps,
+PyTorch's fused kernel, ``nn.MultiheadAttention``, the cached and the compiled steps).
 
 Shapes follow nanoGPT's convention: ``B`` batch, ``T`` sequence length, ``C``
 embedding size (``n_embd``), ``nh`` number of heads, ``hs`` head size

@@ -5,8 +5,9 @@
   weights, and stores only what ``torch.load(weights_only=True)`` reads back.
 * :func:`load_checkpoint` reads with ``weights_only=True`` and checks everything before it builds a
   model: the file is readable and plain (a pickle asking to run code is refused), its config is a
-  valid :class:`~gpt_lesson.model.GPTConfig` whose sizes match the stored tensors (so a damaged
-  config cannot make it allocate a huge model), and the weights are finite.
+  valid :class:`~gpt_lesson.model.GPTConfig`, its tensors are what ``GPT(config)`` holds (PyTorch's
+  strict loading into the model built on the meta device, so a damaged config cannot make it
+  allocate a huge model), and the weights are finite.
 
 Every problem with a file raises :class:`CheckpointError`, which names the file and says what to do.
 """
@@ -83,20 +84,6 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, extra: dict | None = No
     return write_atomically(path, lambda f: torch.save(payload, f), suffix=".tmp", what="the checkpoint")
 
 
-def _state_shapes(c: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """The shape of every entry of ``GPT(c).state_dict()``, computed without building the model."""
-    C, V, T = c.n_embd, c.vocab_size, c.block_size
-    shapes: dict[str, tuple[int, ...]] = {"token_embedding_table.weight": (V, C),
-                                          "position_embedding_table.weight": (T, C)}
-    for i in range(c.n_layer):
-        shapes.update({f"blocks.{i}.{k}": v for k, v in {
-            "ln1.weight": (C,), "ln1.bias": (C,), "sa.tril": (T, T), "sa.c_attn.weight": (3 * C, C),
-            "sa.c_proj.weight": (C, C), "ln2.weight": (C,), "ln2.bias": (C,), "ffwd.net.0.weight": (4 * C, C),
-            "ffwd.net.0.bias": (4 * C,), "ffwd.net.2.weight": (C, 4 * C), "ffwd.net.2.bias": (C,)}.items()})
-    shapes.update({"ln_f.weight": (C,), "ln_f.bias": (C,), "lm_head.weight": (V, C), "lm_head.bias": (V,)})
-    return shapes
-
-
 def _read_checkpoint(path: Path, device: str) -> object:
     size = path.stat().st_size
     if size == 0:
@@ -118,6 +105,10 @@ def _read_checkpoint(path: Path, device: str) -> object:
                                     "short by an interrupted save or copy, or is another kind of file") from None
 
 
+# Fields an older GPTConfig had and the model no longer reads: dropped when a checkpoint is loaded.
+_RETIRED_FIELDS = ("capture_attention",)  # attention capture moved to gpt_lesson.capture (forward hooks)
+
+
 def _checkpoint_parts(path: Path, ckpt: object) -> tuple[dict[str, torch.Tensor], GPTConfig]:
     """The state dict and the validated config of a loaded checkpoint; nothing is allocated."""
     if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
@@ -131,35 +122,55 @@ def _checkpoint_parts(path: Path, ckpt: object) -> tuple[dict[str, torch.Tensor]
     if not isinstance(config, dict):
         raise CheckpointError(path, f"its 'config' is a {type(config).__name__}, not a dict of GPTConfig fields")
     names = [f.name for f in fields(GPTConfig)]
-    unknown = sorted(map(str, set(config) - set(names)))
+    unknown = sorted(map(str, set(config) - set(names) - set(_RETIRED_FIELDS)))
     if unknown:
         raise CheckpointError(path, f"its config has unknown keys {unknown} (GPTConfig has {names})")
     try:
-        return state, GPTConfig(**config)
+        return state, GPTConfig(**{k: v for k, v in config.items() if k in names})
     except (TypeError, ValueError) as e:
         raise CheckpointError(path, f"its config is invalid: {e}") from None
 
 
-def _check_shapes(path: Path, state: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]],
-                  source: str) -> None:
-    """One message listing every missing, unexpected or mis-shaped tensor (up to a few of each)."""
-    missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected]
-    wrong = [f"{k} is {tuple(state[k].shape)}, expected {expected[k]}"
-             for k in expected if k in state and tuple(state[k].shape) != expected[k]]
-    parts = [f"{label} {items[:3]}" + (f" and {len(items) - 3} more" if len(items) > 3 else "")
-             for label, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", wrong)) if items]
-    if parts:
-        raise CheckpointError(path, f"its tensors do not fit {source}: " + "; ".join(parts))
+def _check_fits(path: Path, state: dict[str, torch.Tensor], config: GPTConfig) -> None:
+    """Raise unless ``state`` is exactly what ``GPT(config)`` holds: PyTorch's strict loading, with no memory.
+
+    The model is built on the meta device (names and shapes only, no numbers), so a damaged config
+    asking for petabytes costs nothing; its blocks are counted first, as each is a Python object.
+    """
+    blocks = {k.split(".")[1] for k in state if k.startswith("blocks.")}
+    if len(blocks) != config.n_layer:
+        raise CheckpointError(path, f"its config says n_layer={config.n_layer} but it holds {len(blocks)} blocks")
+    # A causal=False model drops the mask it is given (lesson 11 loads a causal model's weights on purpose), so a
+    # file must not say causal=False over causal masks: one flipped bit in its config would open the future.
+    masks = [] if config.causal else [k for k, t in state.items() if k.endswith(".sa.tril") and isinstance(t, torch.Tensor)
+                                      and t.dim() == 2 and t.size(0) == t.size(1) > 1 and torch.equal(t, t.tril())]
+    if masks:
+        raise CheckpointError(path, f"its config says causal=False but {masks[0]} is a causal mask (lower-triangular): "
+                                    "the file is damaged or was edited")
+    with torch.device("meta"):
+        skeleton = GPT(config)
+    try:
+        skeleton.load_state_dict(state, strict=True, assign=True)
+    except ValueError as e:  # an edited causal mask (CausalSelfAttention's own check)
+        raise CheckpointError(path, str(e)) from None
+    except RuntimeError as e:  # PyTorch's report: missing, unexpected and mis-shaped tensors
+        report = " ".join(line.strip() for line in str(e).splitlines()).rstrip(".")
+        raise CheckpointError(path, f"its tensors do not fit its config {config}: {report[:1500]}") from None
+
+
+# Options that change what the model computes; the others (dropout, the attention kernel) do not.
+_SAME_FUNCTION = ("vocab_size", "n_embd", "n_head", "n_layer", "block_size", "causal", "attn_scale")
 
 
 def load_checkpoint(path: str | os.PathLike, model: GPT | None = None, device: str = "cpu") -> tuple[GPT, dict]:
     """Load a checkpoint with ``weights_only=True``; builds the model from its config when none is given.
 
     Everything is checked before a model is built: that the file is a readable, plain
-    checkpoint, that its config is a valid :class:`GPTConfig` whose sizes match the stored
-    tensors (so a damaged config cannot make this allocate a huge model), and that the
-    weights are finite. Any problem raises :class:`CheckpointError` naming the file.
+    checkpoint, that its tensors are exactly those of a GPT of its config (PyTorch's strict
+    loading, on the meta device: a damaged config cannot make this allocate a huge model), and
+    that the weights are finite. A ``model`` given must have the checkpoint's sizes and options
+    (``causal``, ``attn_scale``); ``dropout`` and ``attn_impl`` may differ. Any problem raises
+    :class:`CheckpointError` naming the file.
     """
     path = check_path("path", path)  # type: ignore[assignment]
     check_instance("model", model, GPT, allow_none=True)
@@ -170,14 +181,13 @@ def load_checkpoint(path: str | os.PathLike, model: GPT | None = None, device: s
         raise FileNotFoundError(f"no checkpoint at {path}")
     ckpt = _read_checkpoint(path, device)
     state, config = _checkpoint_parts(path, ckpt)
-    if model is None:
-        blocks = {k.split(".")[1] for k in state if k.startswith("blocks.")}
-        if len(blocks) != config.n_layer:  # checked first: n_layer sizes the list of expected shapes
-            raise CheckpointError(path, f"its config says n_layer={config.n_layer} but it holds {len(blocks)} blocks")
-        _check_shapes(path, state, _state_shapes(config), f"its config {config}")
-    else:
-        _check_shapes(path, state, {k: tuple(v.shape) for k, v in model.state_dict().items()},
-                      f"the model given (its config {model.config}; the checkpoint's {config})")
+    if model is not None:
+        differ = [f"{k}={getattr(config, k)!r} (the model given: {getattr(model.config, k)!r})"
+                  for k in _SAME_FUNCTION if getattr(config, k) != getattr(model.config, k)]
+        if differ:
+            raise CheckpointError(path, f"it was saved from a model with {', '.join(differ)}", "Load it without a "
+                                        "model (load_checkpoint(path) builds the right one) or into a model of its config")
+    _check_fits(path, state, config)
     bad = non_finite_tensors(state)
     if bad:
         raise CheckpointError(path, f"it holds NaN or infinite weights (in {', '.join(bad[:3])}): the run that "

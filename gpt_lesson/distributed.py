@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +36,8 @@ __all__ = [
     "process_group",
     "rank_and_world_size",
     "wrap_model",
-    "sync_gradients",
+    "set_gradient_sync",
+    "is_main",
     "all_reduce_mean",
     "broadcast_floats",
     "barrier",
@@ -154,15 +155,20 @@ def wrap_model(model: nn.Module, device: str = "cpu") -> nn.Module:
     return DDP(model, device_ids=device_ids, **{_NO_BUFFER_SYNC: False})
 
 
-def sync_gradients(model: nn.Module, sync: bool) -> AbstractContextManager:
-    """A context for one micro-batch's backward: DDP all-reduces only when ``sync`` is True.
+def set_gradient_sync(model: nn.Module, sync: bool) -> None:
+    """Whether the next backward of a DDP ``model`` all-reduces the gradients (a no-op without DDP).
 
-    When accumulating, every micro-batch but the last runs under ``model.no_sync()`` so the
-    gradients are summed locally and sent once per optimizer step.
+    When accumulating, every micro-batch but the last sets ``sync=False``: the gradients add up on
+    each rank and are sent once per optimizer step. nanoGPT's one line,
+    ``model.require_backward_grad_sync = last_micro_step``, the flag ``DDP.no_sync()`` sets too.
     """
-    if sync or not isinstance(model, DDP):
-        return nullcontext()
-    return model.no_sync()
+    if isinstance(model, DDP):
+        model.require_backward_grad_sync = sync
+
+
+def is_main() -> bool:
+    """Whether this process is rank 0 (or the only one): it evaluates, shows progress and writes files."""
+    return rank_and_world_size()[0] == 0
 
 
 def all_reduce_mean(value: float, device: str = "cpu") -> float:

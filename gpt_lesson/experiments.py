@@ -15,6 +15,7 @@ import torch
 from .attention import apply_mask, attention_scores, attention_weights, padding_mask, weighted_sum
 from .data import CharTokenizer
 from .model import GPT, FeedForward, GPTConfig
+from .runtime import one_thread
 from .training import History, TrainConfig, train
 from .validation import (
     check_bool,
@@ -260,22 +261,6 @@ def _check_seeds(seeds: object) -> tuple[int, ...]:
     return tuple(seeds)  # type: ignore[arg-type]
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run a tiny experiment on one thread, then restore the caller's setting.
-
-    Its operations are far too small to share between threads: on a busy 2-core machine (load about 10)
-    two threads made lesson 08's four ``residual_stream_variance`` calls 8x slower than one (13.6 s
-    against 1.6 s).
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def gelu_second_moment() -> float:
     """``E[GELU(z)^2]`` for ``z ~ N(0, 1)``: 0.4252..., by the trapezoid rule on [-12, 12] in float64.
 
@@ -316,7 +301,7 @@ def ffn_stack_gradients(
     seeds = _check_seeds(seeds)
     c = gelu_second_moment()
     grads, variances = [0.0] * n_layer, [0.0] * n_layer
-    with _one_thread():
+    with one_thread():
         for seed in seeds:
             _ffn_stack_run(residual, init, n_layer, n_embd, seed, c, grads, variances)
     return {"grad": [v / len(seeds) for v in grads], "variance": [v / len(seeds) for v in variances]}
@@ -406,7 +391,7 @@ def residual_stream_variance(
     check_positive_int("batch_size", batch_size)
     seeds = _check_seeds(seeds)
     stream, branches = [0.0] * (n_layer + 1), [0.0] * (2 * n_layer)
-    with _one_thread():
+    with one_thread():
         for seed in seeds:
             torch.manual_seed(seed)
             with default_dtype(torch.float64):

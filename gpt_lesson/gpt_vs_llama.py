@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, replace
 
 import torch
@@ -25,6 +23,7 @@ from . import validation
 from .data import cache_dir, get_batch, write_atomically
 from .llama import Llama, LlamaConfig
 from .model import GPT, GPTConfig
+from .runtime import one_thread
 from .shakespeare import load_data
 from .training import TrainConfig, estimate_loss, evaluate_split, lr_at, set_seed
 
@@ -50,16 +49,6 @@ def llama_config_like(config: GPTConfig, n_kv_head: int = N_KV_HEAD) -> LlamaCon
     return replace(base, ffn_hidden=hidden)
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def train_one(model: torch.nn.Module, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig) -> dict:
     """Train ``model`` in place on one process; return its losses, the exact validation loss and the seconds.
 
@@ -69,14 +58,13 @@ def train_one(model: torch.nn.Module, train_data: torch.Tensor, val_data: torch.
     it cost 4x (a GPT step of lesson 14's size: 1,663 ms with 2 threads, 404 ms with 1, at load 7).
     """
     validation.check_instance("cfg", cfg, TrainConfig)
-    cfg.validate()
     block_size = model.config.block_size
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(0.9, cfg.beta2),
                                   weight_decay=cfg.weight_decay)
     batches = torch.Generator().manual_seed(cfg.seed)  # the same batches for every model
     losses, eval_steps, val = [], [], []
     model.train()
-    with _one_thread():
+    with one_thread():
         start = time.perf_counter()
         for step in range(cfg.max_steps):
             for group in optimizer.param_groups:

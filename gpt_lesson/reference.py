@@ -35,15 +35,22 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         hs = C // self.n_head
+        # 1. Queries, keys and values from one matrix.
         q, k, v = self.c_attn(x).split(C, dim=2)
+        # 2. Split into heads.
         q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, hs).transpose(1, 2)
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)
+        # 3. Scores, scaled by hs**-0.5.
         wei = q @ k.transpose(-2, -1) * hs**-0.5  # (B, nh, T, T)
+        # 4. Mask.
         wei = wei.masked_fill(self.tril[:T, :T] == 0, float("-inf"))
+        # 5. Softmax, then dropout.
         wei = F.softmax(wei, dim=-1)
         wei = self.dropout(wei)
+        # 6. Weighted sum of the values.
         out = wei @ v  # (B, nh, T, hs)
+        # 7. Heads merged, then the output projection.
         out = out.transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(out)
 

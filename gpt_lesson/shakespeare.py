@@ -102,7 +102,9 @@ def _settings(config: GPTConfig, train_config: TrainConfig) -> dict:
     # What decides the weights; a cached checkpoint made with other settings is stale.
     # progress, checkpoint_path and device change how a run looks or where it goes, not its result.
     tc = {k: v for k, v in asdict(train_config).items() if k not in ("progress", "checkpoint_path", "device")}
-    return {"config": config.to_dict(), "train_config": tc}
+    # The key as the cached checkpoints were first written: with the config field capture_attention
+    # (always False; capture now lives in gpt_lesson.capture), so those caches stay valid.
+    return {"config": {**config.to_dict(), "capture_attention": False}, "train_config": tc}
 
 
 def _check_settings(config: object, train_config: object, path: object) -> tuple[GPTConfig, TrainConfig, Path]:

@@ -28,6 +28,7 @@ __all__ = [
     "check_tensor",
     "check_token_ids",
     "check_longer_than_block",
+    "check_language_model",
 ]
 
 
@@ -244,3 +245,16 @@ def check_longer_than_block(name: str, data: torch.Tensor, block_size: int) -> t
     if len(data) <= block_size:
         raise ValueError(f"{name} has {len(data)} tokens; it needs more than block_size={block_size}")
     return data
+
+
+def check_language_model(name: str, value: object) -> torch.nn.Module:
+    """Raise a ``TypeError`` unless ``value`` is a course language model: a module with ``config.vocab_size``
+    and ``config.block_size`` (a GPT; lesson 14's GPT-2 and Llama too) whose ``forward(idx, targets)``
+    returns ``(logits, loss)``."""
+    if not isinstance(value, torch.nn.Module):
+        raise TypeError(f"{name} must be a language model (a gpt_lesson GPT), got {type(value).__name__} {value!r:.60}")
+    config = getattr(value, "config", None)
+    if not all(isinstance(getattr(config, size, None), int) for size in ("vocab_size", "block_size")):
+        raise TypeError(f"{name} must be a language model of the course (a GPT, with config.vocab_size and "
+                        f"config.block_size), got a {type(value).__name__} without them")
+    return value

@@ -120,3 +120,16 @@ def test_no_attribute_hides_a_submodule():
         assert value is None or value is module, (
             f"{parent_name}.{child} is {value!r}, not the submodule {info.name}: "
             "an attribute of the same name hides the module")
+
+
+def test_check_labels_are_imported_by_name_not_injected():
+    """checks/__init__ names every label it re-exports (grep finds them); no globals() injection."""
+    from gpt_lesson import checks
+
+    path = PACKAGE / "checks" / "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for a in node.names}
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "globals"]
+    assert calls == []
+    assert set(checks.LABELS) <= imported, sorted(set(checks.LABELS) - imported)
+    assert all(getattr(checks, name) == value for name, value in checks.LABELS.items())

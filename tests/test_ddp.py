@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gpt_lesson import checks, distributed, train_ddp
 from gpt_lesson.checks import distributed as dist_checks
@@ -128,6 +129,12 @@ def test_process_group_joins_and_always_leaves(monkeypatch):
         assert ctx.is_main and distributed.rank_and_world_size() == (0, 1)
         model = GPT(10, 8, 2, 1, 8, dropout=0.0)
         assert distributed.wrap_model(model) is model  # one rank: no DDP wrapper, nothing to average
+        ddp = DDP(model)  # by hand, to see the switch accumulation uses: DDP's own flag, no_sync()'s too
+        for sync in (False, True):
+            distributed.set_gradient_sync(ddp, sync)
+            assert ddp.require_backward_grad_sync is sync
+        with ddp.no_sync():
+            assert ddp.require_backward_grad_sync is False
     assert not dist.is_initialized()
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     with pytest.raises(RuntimeError, match="boom"):
@@ -147,8 +154,8 @@ def test_without_torchrun_everything_is_a_no_op(monkeypatch):
     distributed.barrier()
     model = GPT(10, 8, 2, 1, 8)
     assert distributed.wrap_model(model) is model
-    with distributed.sync_gradients(model, sync=False):
-        pass
+    distributed.set_gradient_sync(model, False)  # no DDP: nothing to switch, nothing added to the model
+    assert not hasattr(model, "require_backward_grad_sync") and distributed.is_main()
 
 
 # --- torchrun's variables ---------------------------------------------------------------

@@ -8,7 +8,8 @@ import warnings
 import pytest
 import torch
 
-from gpt_lesson import GPT, sampling
+from gpt_lesson import GPT, kv_cache
+from gpt_lesson.runtime import decode_settings
 from gpt_lesson.sampling import generate, next_token_probs, sample_next
 
 
@@ -204,13 +205,6 @@ def test_bad_top_p_is_named(model, bad, error, message):
 # --- the compiled decode step (issue 18) ------------------------------------------------------------
 
 
-@pytest.fixture
-def fresh_compile_state(monkeypatch):
-    """Forget any compiled step or recorded failure of earlier tests (they are per process)."""
-    monkeypatch.setattr(sampling._CompiledStep, "compiled", None)
-    monkeypatch.setattr(sampling._CompiledStep, "failure", None)
-
-
 def test_compile_needs_the_cache_and_a_bool(model):
     idx = torch.zeros(1, 1, dtype=torch.long)
     with pytest.raises(ValueError, match="compile=True compiles the cached one-token step; it needs use_cache=True"):
@@ -222,7 +216,7 @@ def test_compile_needs_the_cache_and_a_bool(model):
 def _failing_compile(calls):
     """A stand-in for torch.compile whose compiled function first moves the cache on, then fails."""
     def fake_compile(fn, **options):
-        assert options == {"fullgraph": True, "options": sampling._compile_options()}
+        assert options == {"fullgraph": True, "options": kv_cache.compile_options()}
 
         def compiled(model, idx, cache):
             calls.append(cache.length)
@@ -233,7 +227,7 @@ def _failing_compile(calls):
     return fake_compile
 
 
-def test_compile_falls_back_to_the_eager_step_with_a_warning(model, monkeypatch, fresh_compile_state):
+def test_compile_falls_back_to_the_eager_step_with_a_warning(model, monkeypatch):
     calls = []
     monkeypatch.setattr(torch, "compile", _failing_compile(calls))
     idx = torch.randint(0, 30, (2, 3), generator=torch.Generator().manual_seed(0))
@@ -242,20 +236,35 @@ def test_compile_falls_back_to_the_eager_step_with_a_warning(model, monkeypatch,
                                             r"No working C\+\+ compiler found\); decoding without compiling"):
         got = generate(model, idx, 20, temperature=0, use_cache=True, compile=True)
     assert torch.equal(got, expected)
-    assert calls == [3]  # tried once, at the first one-token step (after the 3-token prefill)
-    assert sampling._CompiledStep.failure.startswith("RuntimeError: InvalidCxxCompiler")
-    # A later call does not try again (compiling is slow), but still says it runs uncompiled.
+    assert calls == [3]  # tried once in the call, at the first one-token step (after the 3-token prefill)
+    # Nothing is remembered between calls (no state of the process): the next call tries once and says so again.
     with pytest.warns(RuntimeWarning, match="cannot compile the decode step here"):
         again = generate(model, idx, 20, temperature=0.8, top_k=5, use_cache=True, compile=True,
                          generator=torch.Generator().manual_seed(1))
-    assert calls == [3]
+    assert calls == [3, 3]
     assert torch.equal(again, generate(model, idx, 20, temperature=0.8, top_k=5,
                                        generator=torch.Generator().manual_seed(1)))
 
 
+def test_a_compiled_step_remembers_its_own_failure(model, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "compile", _failing_compile(calls))
+    step = kv_cache.CompiledDecodeStep()
+    cache = kv_cache.KVCache.for_model(model, batch_size=1)
+    model.eval()
+    with torch.no_grad():
+        model(torch.tensor([[1, 2]]), kv_cache=cache)
+        with pytest.warns(RuntimeWarning, match="cannot compile"):
+            first = step(model, torch.tensor([[3]]), cache)
+        second = step(model, torch.tensor([[4]]), cache)  # no second try, no second warning
+    assert calls == [2] and step.failure.startswith("RuntimeError: InvalidCxxCompiler") and cache.length == 4
+    full, _ = model(torch.tensor([[1, 2, 3, 4]]))
+    assert torch.allclose(first, full[:, 2], atol=1e-5) and torch.allclose(second, full[:, 3], atol=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("attn_impl", ["sdpa", "naive"])
-def test_compiled_decoding_gives_the_same_tokens_and_compiles_once(attn_impl, fresh_compile_state):
+def test_compiled_decoding_gives_the_same_tokens_and_compiles_once(attn_impl):
     """torch.compile of the one-token step (Inductor; needs a C++ compiler): the same greedy and sampled
     tokens as without a cache, past block_size too; the first call's two compilations (its first length,
     then the length as a symbol) serve every later call."""
@@ -277,7 +286,7 @@ def test_compiled_decoding_gives_the_same_tokens_and_compiles_once(attn_impl, fr
                              **sampled),
                     generate(m, idx, 25, generator=torch.Generator().manual_seed(seed), **sampled))
     fallbacks = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-    assert not fallbacks and sampling._CompiledStep.failure is None, fallbacks
+    assert not fallbacks, fallbacks
 
 
 @pytest.mark.slow
@@ -304,25 +313,26 @@ def test_compile_without_a_cxx_compiler_falls_back(tmp_path):
     assert "cannot compile the decode step here" in out.stdout and "decoding without compiling" in out.stdout
 
 
-@pytest.mark.parametrize("vectorises", [True, False])
-@pytest.mark.parametrize("capability", [None, "default"])
-def test_compile_options_follow_the_cpu(monkeypatch, vectorises, capability):
-    """The one-row matmul pass only where Inductor writes vector C++; no on-disk graph cache under ATEN_CPU_CAPABILITY."""
-    monkeypatch.setattr(sampling, "_inductor_vectorises", lambda: vectorises)
-    if capability:
-        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+@pytest.mark.parametrize("capability", ["AVX2", "DEFAULT"])
+@pytest.mark.parametrize("variable", [None, "default"])
+def test_compile_options_follow_the_cpu(monkeypatch, capability, variable):
+    """The one-row matmul pass only where PyTorch runs vector kernels; no on-disk graph cache under
+    ATEN_CPU_CAPABILITY. PyTorch's public account of the CPU decides (no private Inductor module)."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    if variable:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", variable)
     else:
         monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
-    options = sampling._compile_options()
-    assert ("post_grad_fusion_options" in options) == vectorises
-    if vectorises:
+    options = kv_cache.compile_options()
+    assert ("post_grad_fusion_options" in options) == (capability != "DEFAULT")
+    if capability != "DEFAULT":
         assert options["post_grad_fusion_options"] == {"decompose_mm_pass": {}}
-    assert options.get("fx_graph_cache", True) is (capability is None)
+    assert options.get("fx_graph_cache", True) is (variable is None)
 
 
-def test_inductor_vectorises_on_this_cpu_unless_told_not_to():
-    """PyTorch's own check, in a fresh process: this machine has vector instructions; the variable turns them off."""
-    code = "from gpt_lesson.sampling import _inductor_vectorises; print(_inductor_vectorises())"
+def test_the_compile_options_on_this_cpu_unless_told_not_to():
+    """In a fresh process: this machine has vector instructions; ATEN_CPU_CAPABILITY=default turns them off."""
+    code = "from gpt_lesson.kv_cache import compile_options; print('post_grad_fusion_options' in compile_options())"
     for capability, expected in ((None, "True"), ("default", "False")):
         env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
         if capability:
@@ -330,16 +340,6 @@ def test_inductor_vectorises_on_this_cpu_unless_told_not_to():
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.strip() == expected, (capability, out.stdout)
-
-
-def test_inductor_vectorises_is_false_when_its_check_cannot_build(monkeypatch):
-    """PyTorch's check builds a C++ program; without a compiler it raises, which means no vector C++ here."""
-    from torch._inductor import cpu_vec_isa
-
-    def no_compiler():
-        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
-    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", no_compiler)
-    assert sampling._inductor_vectorises() is False
 
 
 @pytest.mark.slow
@@ -369,8 +369,8 @@ def test_compile_after_a_native_compile_under_aten_cpu_capability_default(tmp_pa
         assert "identical True" in out.stdout and "warnings []" in out.stdout, (capability, out.stdout[-2000:])
 
 
-def test_generate_restores_the_onednn_and_thread_settings(model):
-    """The cached loop runs on one thread and PyTorch's own GELU; generate() puts both settings back."""
+def test_generate_leaves_the_process_settings_alone_and_the_caller_chooses(model):
+    """generate() changes no thread count and no oneDNN switch; runtime.decode_settings() is the caller's choice."""
     onednn, threads = torch.backends.mkldnn.enabled, torch.get_num_threads()
     seen = []
     original = model.forward
@@ -382,14 +382,21 @@ def test_generate_restores_the_onednn_and_thread_settings(model):
     model.forward = spy
     torch.set_num_threads(2)
     try:
-        generate(model, torch.zeros(1, 1, dtype=torch.long), 3, use_cache=True)
-        assert seen == [(False, 1)] * 3 and torch.get_num_threads() == 2
+        for use_cache in (True, False):
+            seen.clear()
+            generate(model, torch.zeros(1, 1, dtype=torch.long), 3, use_cache=use_cache)
+            assert seen == [(onednn, 2)] * 3
         seen.clear()
-        generate(model, torch.zeros(1, 1, dtype=torch.long), 3)  # no cache: larger matrices keep the threads
-        assert seen == [(False, 2)] * 3 and torch.get_num_threads() == 2
-        model.forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))
-        with pytest.raises(RuntimeError, match="boom"):
+        with decode_settings():
             generate(model, torch.zeros(1, 1, dtype=torch.long), 3, use_cache=True)
+        assert seen == [(False, 1)] * 3
         assert torch.backends.mkldnn.enabled == onednn and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_generate_names_a_model_it_cannot_drive():
+    with pytest.raises(TypeError, match="model must be a language model of the course .*got a Linear"):
+        generate(torch.nn.Linear(2, 2), torch.zeros(1, 1, dtype=torch.long), 3)
+    with pytest.raises(TypeError, match="model must be a language model .*got str"):
+        generate("gpt", torch.zeros(1, 1, dtype=torch.long), 3)

@@ -1,4 +1,5 @@
 """The GPT reproduces the source model: sizes, names, shapes, loss, causality, equivalent paths."""
+import dataclasses
 import math
 
 import pytest
@@ -6,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from gpt_lesson import GPT, GPTConfig
-from gpt_lesson.model import Block, CausalSelfAttention, FeedForward, KVCache, count_parameters_by_part
+from gpt_lesson.model import Block, CausalSelfAttention, FeedForward, count_parameters_by_part
 
 SEED_CONFIG = dict(vocab_size=1000, n_embd=64, n_head=4, n_layer=3, block_size=128)
 
@@ -161,31 +162,6 @@ def test_attention_equals_torch_multihead_attention():
     assert (ours(x) - expected).abs().max().item() < 1e-5
 
 
-def test_attention_records_capture_scores_and_weights(seed_model):
-    idx = torch.randint(0, 1000, (2, 10))
-    records = seed_model.attention_records(idx)
-    assert len(records) == 3
-    r = records[1]
-    assert r["q"].shape == (2, 4, 10, 16) and r["weights"].shape == (2, 4, 10, 10)
-    expected_scores = r["q"] @ r["k"].transpose(-2, -1) / math.sqrt(16)
-    assert torch.allclose(r["scores"], expected_scores, atol=1e-6)
-    w = r["weights"]
-    assert torch.allclose(w.sum(-1), torch.ones(2, 4, 10), atol=1e-6)
-    assert torch.all(w.triu(diagonal=1) == 0)  # the future gets exactly zero weight
-    assert seed_model.training and not seed_model.blocks[0].sa.capture  # state restored
-
-
-def test_capture_option_stores_records_on_every_forward():
-    torch.manual_seed(0)
-    model = GPT(20, 16, 2, 2, 8, capture_attention=True, attn_impl="sdpa").eval()
-    idx = torch.randint(0, 20, (1, 8))
-    logits, _ = model(idx)
-    assert all(b.sa.captured["weights"].shape == (1, 2, 8, 8) for b in model.blocks)
-    plain = GPT(20, 16, 2, 2, 8, attn_impl="sdpa").eval()
-    plain.load_state_dict(model.state_dict())
-    assert (plain(idx)[0] - logits).abs().max() < 1e-5
-
-
 def test_dropout_option_and_default():
     assert GPT(**SEED_CONFIG).blocks[0].sa.dropout.p == 0.1  # the source's rate
     m = GPT(**SEED_CONFIG, dropout=0.0)
@@ -196,28 +172,6 @@ def test_dropout_option_and_default():
     assert not torch.equal(m(idx)[0], m(idx)[0])  # train mode: dropout is random
     m.eval()
     assert torch.equal(m(idx)[0], m(idx)[0])
-
-
-@pytest.mark.parametrize("attn_impl", ["naive", "sdpa"])
-def test_kv_cache_forward_equals_full_forward(attn_impl):
-    torch.manual_seed(0)
-    model = GPT(40, 32, 4, 2, 24, attn_impl=attn_impl).eval()
-    idx = torch.randint(0, 40, (2, 20))
-    full, _ = model(idx)
-    cache = KVCache.for_model(model, batch_size=2)
-    parts = [model(idx[:, :7], kv_cache=cache)[0]]  # prefill 7 tokens
-    parts.append(model(idx[:, 7:10], kv_cache=cache)[0])  # a chunk of 3 after a cache
-    for t in range(10, 20):
-        parts.append(model(idx[:, t:t + 1], kv_cache=cache)[0])  # one token at a time
-    assert cache.length == 20
-    assert (torch.cat(parts, dim=1) - full).abs().max().item() < 1e-5
-
-
-def test_kv_cache_size_formula():
-    model = GPT(**SEED_CONFIG)
-    cache = KVCache.for_model(model, batch_size=1)
-    assert cache.k.shape == (3, 1, 4, 128, 16)
-    assert cache.nbytes == 2 * 3 * 128 * 64 * 4
 
 
 def test_blocks_are_pre_layernorm_with_residuals():
@@ -246,46 +200,75 @@ def test_loss_accepts_non_contiguous_targets(seed_model):
     assert torch.equal(loss, expected)
 
 
-@pytest.mark.parametrize("attn_impl", ["naive", "sdpa"])
-def test_capture_computes_attention_once(attn_impl, monkeypatch):
-    """With capture on, each layer computes its attention once (the explicit steps), never a second time fused."""
-    import torch.nn.functional as F
+def test_the_config_is_checked_once_and_frozen():
+    cfg = GPTConfig(vocab_size=50, n_embd=32, n_head=2, n_layer=2, block_size=16, dropout=0)
+    assert cfg.dropout == 0.0 and isinstance(cfg.dropout, float)  # stored as checked
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.n_head = 3  # would have split 32 channels into heads of 10.67 at the first forward
+    model = GPT(cfg)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        model.config.causal = False  # a model's options never change behind its buffers' back
+    assert dataclasses.replace(cfg, n_head=4).head_size == 8  # a new config is checked again
+    with pytest.raises(ValueError, match="n_embd=32 is not divisible by n_head=3"):
+        dataclasses.replace(cfg, n_head=3)
 
+
+def test_layers_take_the_sources_sizes_or_a_config():
     torch.manual_seed(0)
-    model = GPT(20, 16, 2, 2, 8, attn_impl=attn_impl).eval()
-    idx = torch.randint(0, 20, (1, 8))
-    plain, _ = model(idx)
-    calls = {"sdpa": 0, "softmax": 0}
-    real_sdpa, real_softmax = F.scaled_dot_product_attention, F.softmax
-
-    def counting(name, fn):
-        def wrapper(*args, **kwargs):
-            calls[name] += 1
-            return fn(*args, **kwargs)
-        return wrapper
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", counting("sdpa", real_sdpa))
-    monkeypatch.setattr(F, "softmax", counting("softmax", real_softmax))
-    records = model.attention_records(idx)
-    assert calls == {"sdpa": 0, "softmax": 2}  # one softmax per layer, no fused kernel on top
-    assert len(records) == 2 and records[0]["weights"].shape == (1, 2, 8, 8)
-    calls.update(sdpa=0, softmax=0)
-    again, _ = model(idx)  # capture off again: the configured path
-    assert calls == ({"sdpa": 2, "softmax": 0} if attn_impl == "sdpa" else {"sdpa": 0, "softmax": 2})
-    assert torch.equal(again, plain)
+    a = Block(16, 2, 8, dropout=0.0, attn_impl="sdpa", attn_scale=0.5)
+    torch.manual_seed(0)
+    b = Block(GPTConfig(n_embd=16, n_head=2, block_size=8, dropout=0.0, attn_impl="sdpa", attn_scale=0.5))
+    assert a.sa.fused and a.sa.scale == 0.5 and b.sa.fused and b.sa.scale == 0.5
+    x = torch.randn(2, 8, 16)
+    assert torch.equal(a(x), b(x))
+    with pytest.raises(TypeError, match="either a GPTConfig or the sizes"):
+        CausalSelfAttention(GPTConfig(), 4)
+    with pytest.raises(TypeError, match="either a GPTConfig or the sizes"):
+        Block(GPTConfig(), causal=False)
 
 
-@pytest.mark.parametrize("attn_impl", ["naive", "sdpa"])
-def test_kv_cache_one_token_steps_past_and_up_to_the_full_buffer(attn_impl):
-    """Every cached step, including the one that fills the last position of the buffer, equals the full pass."""
-    torch.manual_seed(1)
-    model = GPT(40, 32, 4, 2, 12, attn_impl=attn_impl).eval()
-    idx = torch.randint(0, 40, (3, 12))
-    full, _ = model(idx)
-    cache = KVCache.for_model(model, batch_size=3)
-    steps = [model(idx[:, :1], kv_cache=cache)[0]] + [model(idx[:, t:t + 1], kv_cache=cache)[0] for t in range(1, 12)]
-    assert cache.length == cache.max_len == 12
-    assert all(layer.length == 12 for layer in cache.layers)
-    assert (torch.cat(steps, dim=1) - full).abs().max().item() < 1e-5
-    with pytest.raises(ValueError, match="T=13 is longer than block_size=12"):
-        model(idx[:, :1], kv_cache=cache)
+def test_forward_checks_only_the_length_and_leaves_the_ids_to_the_entry_points(seed_model):
+    """forward reads no token id (no min/max, no device sync per call): generate, train, estimate_loss and the
+    data functions check the ids, once; a bad id reaching the model directly is PyTorch's IndexError."""
+    with pytest.raises(ValueError, match=r"sequence length T=129 is longer than block_size=128; crop the context"):
+        seed_model(torch.zeros(1, 129, dtype=torch.long))
+    with pytest.raises(IndexError, match="index out of range"):
+        seed_model(torch.full((1, 4), 1000))
+    import gpt_lesson.validation as V
+
+    calls = []
+    real = V.check_token_ids
+    try:
+        V.check_token_ids = lambda *a, **k: calls.append(a) or real(*a, **k)
+        seed_model(torch.zeros(2, 8, dtype=torch.long), torch.zeros(2, 8, dtype=torch.long))
+    finally:
+        V.check_token_ids = real
+    assert calls == []
+
+
+def test_causal_false_is_a_mask_of_ones_and_its_checkpoint_says_so():
+    torch.manual_seed(0)
+    open_ = GPT(30, 16, 2, 1, 8, causal=False)
+    assert torch.equal(open_.blocks[0].sa.tril, torch.ones(8, 8))
+    causal = GPT(30, 16, 2, 1, 8)
+    with pytest.raises(ValueError, match=r"blocks.0.sa.tril in the checkpoint is not the lower-triangular matrix .*"
+                                         r"comes from a model with causal=False"):
+        causal.load_state_dict(open_.state_dict())  # a flipped causal flag is caught by the mask it saved
+    # Lesson 11: a causal model's weights loaded on purpose into causal=False; its mask stays a matrix of ones.
+    open_.load_state_dict(causal.state_dict())
+    assert torch.equal(open_.blocks[0].sa.tril, torch.ones(8, 8))
+    idx = torch.randint(0, 30, (1, 8))
+    with torch.no_grad():
+        early = open_(idx)[0][0, 0]
+        later = idx.clone()
+        later[0, -1] = (later[0, -1] + 1) % 30
+        assert not torch.allclose(early, open_(later)[0][0, 0])  # position 0 sees the last token: no mask
+    damaged = causal.state_dict()
+    damaged["blocks.0.sa.tril"] = torch.eye(8)
+    with pytest.raises(ValueError, match="neither a causal mask nor a matrix of ones"):
+        open_.load_state_dict(damaged)
+
+
+def test_count_parameters_by_part_needs_a_gpt():
+    with pytest.raises(TypeError, match="model must be a GPT, got Linear"):
+        count_parameters_by_part(nn.Linear(2, 2))

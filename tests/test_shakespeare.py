@@ -28,6 +28,8 @@ from gpt_lesson.shakespeare import (
 from gpt_lesson.training import CheckpointError, TrainConfig, evaluate_split, load_checkpoint
 
 TINY = GPTConfig(vocab_size=65, n_embd=16, n_head=2, n_layer=1, block_size=16, dropout=0.0, attn_impl="sdpa")
+# The settings key of the cached checkpoints keeps the retired field capture_attention (always False).
+CACHE_KEY_CONFIG = {**TINY.to_dict(), "capture_attention": False}
 TINY_TRAIN = TrainConfig(max_steps=4, batch_size=4, learning_rate=1e-2, min_lr=1e-3, warmup_steps=1,
                          eval_interval=2, eval_iters=1, progress=False)
 
@@ -79,7 +81,7 @@ def test_train_model_is_seeded_and_saves_a_loadable_checkpoint(tmp_path):
     extra = ckpt["extra"]
     assert extra["history"]["loss"] == hist_a.loss
     assert extra["history"]["eval_step"] == [0, 2, 4]
-    assert extra["config"] == TINY.to_dict()
+    assert extra["config"] == CACHE_KEY_CONFIG
     _, _, _, val_data = load_data()
     assert extra["val_loss"] == pytest.approx(evaluate_split(loaded, val_data), abs=1e-6)
     assert extra["val_loss"] < 4.2  # it trained and did not blow up; ln 65 = 4.17
@@ -165,7 +167,7 @@ def test_an_unreadable_cached_checkpoint_is_retrained_and_replaced(kind, problem
     with pytest.warns(UserWarning, match=f"the cached model {re.escape(str(path))} could not be used "
                                          rf"\({problem}.*training it again and replacing the file"):
         model, tokenizer, extra = load_trained(config=TINY, train_config=TINY_TRAIN)
-    assert extra["config"] == TINY.to_dict() and not model.training
+    assert extra["config"] == CACHE_KEY_CONFIG and not model.training
     reloaded, _ = load_checkpoint(path)  # the file is a good checkpoint again
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
     assert sorted(p.name for p in path.parent.iterdir()) == [CHECKPOINT_NAME]  # no temp file left
@@ -209,7 +211,7 @@ def test_read_only_shared_cache_falls_back_to_the_learners_own(tmp_path, monkeyp
         model, _, extra = shakespeare.load_trained(config=TINY, train_config=TINY_TRAIN)
     mine = tmp_path / "home" / ".cache" / "gpt_lesson" / CHECKPOINT_NAME
     assert mine.is_file() and not (shared / CHECKPOINT_NAME).exists()
-    assert extra["config"] == TINY.to_dict()
+    assert extra["config"] == CACHE_KEY_CONFIG
     # the next call finds the learner's copy and does not train again
     monkeypatch.setattr(shakespeare, "train_model", lambda *a, **k: pytest.fail("trained again"))
     with pytest.warns(UserWarning, match="cannot be written"):

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from .. import attention as attention_lib
 from .. import experiments, model, reference
+from .. import kv_cache as kv_lib
 from .attention import MASK_WITH_ZERO, NO_MASK, NO_SCALING, SCALED_BY_HEAD_SIZE, SCALED_BY_N_EMBD, SOFTMAX_WRONG_DIM
 from .attention import TEXTS as ATTENTION_TEXTS
 from .distributed import BITS_NOT_BYTES
@@ -155,6 +156,8 @@ ATTENTION_FORBIDDEN = {
     model.Block: "gpt_lesson.model.Block",
     model.LayerKVCache: "gpt_lesson.model.LayerKVCache",
     model.KVCache: "gpt_lesson.model.KVCache",
+    kv_lib.cached_attention: "gpt_lesson.kv_cache.cached_attention",
+    kv_lib.cached_forward: "gpt_lesson.kv_cache.cached_forward",
     attention_lib.naive_attention: "gpt_lesson.attention.naive_attention",
     attention_lib.sdpa_attention: "gpt_lesson.attention.sdpa_attention",
     attention_lib.one_query_attention: "gpt_lesson.attention.one_query_attention",
@@ -329,7 +332,7 @@ def _attention_variants(C: int, nh: int) -> Iterator[Variant]:
 
 def _library_run(x: torch.Tensor, w_attn: torch.Tensor, w_proj: torch.Tensor, n_head: int, block_size: int,
                  chunks: tuple[int, ...]) -> torch.Tensor:
-    """gpt_lesson.model.CausalSelfAttention with these weights, fed ``chunks`` through its LayerKVCache."""
+    """gpt_lesson.model.CausalSelfAttention with these weights, fed ``chunks`` through a LayerKVCache (kv_cache.cached_attention)."""
     B, T, C = x.shape
     ref = model.CausalSelfAttention(C, n_head, block_size, dropout=0.0).eval()
     with torch.no_grad():
@@ -340,7 +343,7 @@ def _library_run(x: torch.Tensor, w_attn: torch.Tensor, w_proj: torch.Tensor, n_
         shape = (B, n_head, block_size, C // n_head)
         cache = model.LayerKVCache(torch.zeros(shape), torch.zeros(shape))
         starts = [sum(chunks[:i]) for i in range(len(chunks))]
-        return torch.cat([ref(x[:, s:s + n], cache) for s, n in zip(starts, chunks)], dim=1)
+        return torch.cat([kv_lib.cached_attention(ref, x[:, s:s + n], cache) for s, n in zip(starts, chunks)], dim=1)
 
 
 def _pointer(out: torch.Tensor, case: Case) -> list[Bug] | None:

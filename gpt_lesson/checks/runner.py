@@ -71,6 +71,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from ..i18n import _
+from ..runtime import one_thread
 from ..validation import check_bool
 from .verdicts import (
     BOOL_OUTPUT,
@@ -988,13 +989,10 @@ def isolated() -> Iterator[None]:
     python_state = random.getstate()
     numpy = sys.modules.get("numpy")
     numpy_state = numpy.random.get_state() if numpy is not None else None
-    threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        with torch.random.fork_rng(devices=[]):
+        with one_thread(), torch.random.fork_rng(devices=[]):
             yield
     finally:
-        torch.set_num_threads(threads)
         random.setstate(python_state)
         if numpy_state is not None:
             numpy.random.set_state(numpy_state)

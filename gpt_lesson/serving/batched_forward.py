@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import validation
+from ..runtime import decode_settings
 from .paged_cache import PagedKVCache, PoolFullError, blocks_for
 
 __all__ = ["StepBatch", "make_batch", "paged_attention", "paged_forward", "check_servable", "inference_settings"]
@@ -128,22 +129,18 @@ def _scale(model: torch.nn.Module, head_size: int) -> float:
 
 @contextmanager
 def inference_settings(model: torch.nn.Module) -> Iterator[None]:
-    """Eval mode, inference mode, one thread and PyTorch's own kernels (as ``generate`` decodes), restored after.
+    """Eval mode, inference mode and :func:`~gpt_lesson.runtime.decode_settings` (one thread, PyTorch's own kernels), restored after.
 
     A step's operators are small: a second thread costs more to wake than it saves, and oneDNN's set-up per
     call (about 10 us for a GELU) is more than the work of a few rows.
     """
-    was_training, threads, onednn = model.training, torch.get_num_threads(), torch.backends.mkldnn.enabled
+    was_training = model.training
     model.eval()
-    torch.set_num_threads(1)
-    torch.backends.mkldnn.enabled = False
     try:
-        with torch.inference_mode():
+        with decode_settings(), torch.inference_mode():
             yield
     finally:
         model.train(was_training)
-        torch.set_num_threads(threads)
-        torch.backends.mkldnn.enabled = onednn
 
 
 def paged_forward(model: torch.nn.Module, cache: PagedKVCache, batch: StepBatch) -> torch.Tensor:

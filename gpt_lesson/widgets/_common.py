@@ -15,8 +15,7 @@ import io
 import json
 import os
 import zlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from matplotlib.text import Text
 from matplotlib.transforms import offset_copy
 
 from ..i18n import language
+from ..runtime import one_thread
 from ..validation import check_choice
 from .html_view import html_view
 from .labels import labels_for
@@ -161,22 +161,6 @@ def thin_tick_labels(ax, every: int) -> None:
     for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
         for n, t in enumerate(labels):
             t.set_visible(n % every == 0)
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one thread inside the block, then restore the caller's thread count.
-
-    An explorer runs the model on one short sequence: the matrices are so small that
-    handing them to a second thread costs more than the work, and on a shared 2-core
-    machine the threads wait for each other.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def row_entropy(weights: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ import math
 import torch
 
 from ..attention import apply_mask, attention_scores, attention_weights, causal_mask, weighted_sum
+from ..capture import attention_records
 from ..model import GPT
 from ..validation import check_choice, check_int
 from ..viz import token_labels
@@ -42,7 +43,7 @@ def capture_qkv(model: GPT, idx: torch.Tensor) -> list[dict[str, torch.Tensor]]:
     Each dict holds (n_head, T, head_size) tensors on the CPU.
     """
     with one_thread():
-        records = model.attention_records(idx)
+        records = attention_records(model, idx)
     return [{name: rec[name][0].detach().cpu() for name in ("q", "k", "v")} for rec in records]
 
 
