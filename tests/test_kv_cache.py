@@ -160,14 +160,7 @@ def test_cache_errors_are_named():
     with pytest.raises(ValueError, match="a KV cache needs a causal model"):
         GPT(10, 8, 2, 1, 6, causal=False)(torch.zeros(1, 2, dtype=torch.long),
                                           kv_cache=KVCache.for_model(tiny))
-    cache = KVCache.for_model(tiny)
-    tiny(torch.zeros(1, 6, dtype=torch.long), kv_cache=cache)
-    with pytest.raises(ValueError, match="T=7 is longer than block_size=6"):
-        tiny(torch.zeros(1, 1, dtype=torch.long), kv_cache=cache)
-    with pytest.raises(ValueError, match="max_len=7 is longer than the model's block_size=6"):
-        KVCache.for_model(tiny, max_len=7)
-    with pytest.raises(ValueError, match="n_layer=0 must be a positive integer"):
-        KVCache(0, 1, 2, 4, 6)
+    # overflow and bad sizes: tests/test_errors.py::test_kv_cache_overflow_and_bad_sizes
 
 
 def test_the_one_query_sums_need_one_query():
