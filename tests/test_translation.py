@@ -10,6 +10,8 @@ import pytest
 
 from tools.translation import EN_DIR, code_signature, pair_problems, source_hash, stamp, zh_path
 
+ROOT = Path(__file__).resolve().parents[1]
+
 ENGLISH = sorted(EN_DIR.glob("*.ipynb"))
 
 
@@ -73,3 +75,22 @@ def test_code_signature_compares_fstring_expressions_on_every_python():
     assert code_signature('print(f"{a:.2f} 和 {b!r}")') == code_signature('print(f"{a:>8.3f} and {b!r}")')
     assert code_signature('print(f"{a!r}")') != code_signature('print(f"{a!s}")')
     assert code_signature('x = "a" "b"') == code_signature('x = "一二"')
+
+
+def _answer_body(cell) -> str:
+    """The text of a <details> answer block, without its summary line."""
+    text = "".join(cell.source)
+    return text.split("</summary>", 1)[1].rsplit("</details>", 1)[0].strip()
+
+
+def test_interview_answers_have_one_source_per_language():
+    """Lesson 11 gives each model answer in both languages, in both editions: the English notebook's Chinese
+    answer is the Chinese edition's answer, and the Chinese notebook's English answer is the English one."""
+    en = nbformat.read(ROOT / "notebooks" / "11_interview_questions.ipynb", as_version=4).cells
+    zh = nbformat.read(ROOT / "notebooks" / "zh" / "11_interview_questions.ipynb", as_version=4).cells
+    questions = [i for i, cell in enumerate(en) if cell.cell_type == "markdown" and cell.source.startswith("## Q")]
+    assert len(questions) == 3, questions
+    for q in questions:
+        first = next(i for i in range(q, len(en)) if "<summary>" in en[i].source and "</details>" in en[i].source)
+        assert _answer_body(en[first + 1]) == _answer_body(zh[first]), f"Q at cell {q}: the two Chinese answers differ"
+        assert _answer_body(zh[first + 1]) == _answer_body(en[first]), f"Q at cell {q}: the two English answers differ"

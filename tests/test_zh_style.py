@@ -1,0 +1,78 @@
+"""What a machine can check of docs/zh-style.md in the Chinese edition (notebooks/zh, the zh catalogue)."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ZH = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
+CATALOGUE = ROOT / "gpt_lesson" / "locale" / "zh" / "LC_MESSAGES" / "gpt_lesson.po"
+CJK = re.compile(r"[\u4e00-\u9fff]")
+# Lessons whose code still prints labels with print("…：", value): converted when each is next re-executed.
+PRINTS_NOT_YET_CONVERTED = {"01_tokens_and_embeddings", "02_attention", "03_causal_mask", "04_softmax_scaling",
+                            "05_multi_head_attention", "09_training", "11_interview_questions"}
+BAD_RATIO = re.compile(r"大了\s*[~\d{][^倍\n]{0,30}倍|(?<![缩减])小\s*[~\d{][^倍\n]{0,30}倍")
+SPACED_QUOTE = re.compile(r"[\u4e00-\u9fff] [“”]|[“”] [\u4e00-\u9fff]")
+
+
+def chinese_prose(text: str) -> bool:
+    """Mostly Chinese (lesson 11's English model answers and reference lists are not)."""
+    return len(CJK.findall(text)) > 0.15 * max(1, len(re.findall(r"[A-Za-z]", text)))
+
+
+def cells(path: Path, kind: str) -> list[tuple[int, str]]:
+    return [(i, "".join(c["source"])) for i, c in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"])
+            if c["cell_type"] == kind]
+
+
+def spaced_label_prints(code: str) -> list[int]:
+    """Lines of print("label：", value, ...) calls: print's separator puts a space after the full-width colon."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:  # IPython magics
+        tree = ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in code.splitlines()))
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
+            and len(node.args) > 1 and any(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                           and a.value.rstrip(" ").endswith("：") for a in node.args[:-1])]
+
+
+@pytest.mark.parametrize("path", ZH, ids=[p.stem for p in ZH])
+def test_prose_ratios_quotes_and_citations(path):
+    problems = []
+    for i, text in cells(path, "markdown"):
+        if not chinese_prose(text):
+            continue
+        prose = re.sub(r"```.*?```|`[^`\n]*`", "", text, flags=re.S)
+        problems += [f"[{i}] ratio {m.group(0)!r}: write 是…的 N 倍 / 只有…的 1/N" for m in BAD_RATIO.finditer(prose)]
+        problems += [f"[{i}] space around a quotation mark: {m.group(0)!r}" for m in SPACED_QUOTE.finditer(prose)]
+        problems += [f"[{i}] 'et al.' in Chinese prose: write 等人" for _ in re.finditer(r"\bet al\.", prose)]
+    assert not problems, f"{path.name} (docs/zh-style.md):\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", ZH, ids=[p.stem for p in ZH])
+def test_printed_labels_and_ratios_in_code(path):
+    if path.stem in PRINTS_NOT_YET_CONVERTED:
+        pytest.xfail("print(\"…：\", value) not yet converted to f-strings in this lesson")
+    problems = []
+    for i, code in cells(path, "code"):
+        problems += [f"[{i}] line {n}: print(\"…：\", value) prints '： value': use an f-string"
+                     for n in spaced_label_prints(code)]
+        problems += [f"[{i}] ratio {m.group(0)!r}" for m in BAD_RATIO.finditer(code)]
+    assert not problems, f"{path.name} (docs/zh-style.md):\n" + "\n".join(problems)
+
+
+def test_catalogue_ratios():
+    bad = [m.group(0) for m in BAD_RATIO.finditer(CATALOGUE.read_text(encoding="utf-8"))]
+    assert not bad, f"gpt_lesson.po: write 是…的 N 倍 / 只有…的 1/N: {bad}"
+
+
+def test_the_checks_can_fail():
+    assert spaced_label_prints('print("最大差异：", d)') == [1] and not spaced_label_prints('print(f"最大差异：{d}")')
+    assert BAD_RATIO.search("权重大了 3.6 倍") and BAD_RATIO.search("梯度小 {r:.0f} 倍")
+    assert not BAD_RATIO.search("是后者的 3.6 倍") and not BAD_RATIO.search("缩小 4 倍")
+    assert SPACED_QUOTE.search("选中了 “But” 中") and not SPACED_QUOTE.search("选中了“But”中")
