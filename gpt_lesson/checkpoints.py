@@ -2,9 +2,12 @@
 
 * :func:`save_checkpoint` writes atomically (:func:`gpt_lesson.data.write_atomically`: a temp file
   renamed into place, so a good file is never replaced by half of one), refuses NaN or infinite
-  weights, and stores only what ``torch.load(weights_only=True)`` reads back.
-* :func:`load_checkpoint` reads with ``weights_only=True`` and checks everything before it builds a
-  model: the file is readable and plain (a pickle asking to run code is refused), its config is a
+  weights, stores only what ``torch.load(weights_only=True)`` reads back, and stores a sha256 of
+  every tensor and of the config (``"digest"``); a full disk is an error naming the file.
+* :func:`load_checkpoint` first checks the zip archive's CRC-32 of every member (``testzip``) and
+  names what a file is when it is no checkpoint (a legacy .tar file, junk in front of a zip);
+  it reads with ``weights_only=True`` and checks everything before it builds a model (the digest
+  last, when the file has one): the file is readable and plain (a pickle asking to run code is refused), its config is a
   valid :class:`~gpt_lesson.model.GPTConfig`, its tensors are what ``GPT(config)`` holds (PyTorch's
   strict loading into the model built on the meta device, so a damaged config cannot make it
   allocate a huge model), and the weights are finite.
@@ -13,9 +16,15 @@ Every problem with a file raises :class:`CheckpointError`, which names the file 
 """
 from __future__ import annotations
 
+import errno
+import hashlib
+import io
+import json
 import os
 import pickle
 import re
+import tarfile
+import zipfile
 from dataclasses import fields
 from pathlib import Path
 
@@ -25,7 +34,8 @@ from .data import write_atomically
 from .model import GPT, GPTConfig
 from .validation import check_device, check_instance, check_path
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "non_finite_tensors"]
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "non_finite_tensors", "check_file_path",
+           "check_writable_file", "write_bytes_atomically", "weights_digest"]
 
 
 def non_finite_tensors(tensors: dict[str, torch.Tensor]) -> list[str]:
@@ -44,18 +54,96 @@ class CheckpointError(ValueError):
         self.path, self.problem = path, problem
 
 
+def check_file_path(name: str, value: object, *, allow_none: bool = False) -> Path | None:
+    """:func:`gpt_lesson.validation.check_path`, and no NUL byte (the OS cannot open such a name)."""
+    path = check_path(name, value, allow_none=allow_none)
+    if path is not None and "\0" in str(path):
+        raise ValueError(f"{name}={str(path)!r} holds a NUL byte (\\x00): no file can have that name; "
+                         "a path is text without NUL characters")
+    return path
+
+
+def check_writable_file(name: str, path: Path, what: str) -> Path:
+    """Raise now, before any work, unless a file can be written at ``path`` (a folder or no rights: refused).
+
+    Creates the folder if it is missing (the save would), then creates and removes a probe file in
+    it: the same operations the atomic save does, so a folder, a path below a file, a read-only
+    disk or missing rights are found before a run that would lose its result.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, f"{name}={str(path)!r} is a folder: {what} needs a file path "
+                                              f"(e.g. {str(path / 'model.pt')!r})")
+    folder = path.parent
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"{name}={str(path)!r} cannot be written: {existing} is a file, "
+                                                f"not a folder, so {what} cannot go below it")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".{path.name}.{os.getpid()}.probe"
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        probe.unlink()
+    except OSError as e:
+        raise OSError(e.errno, f"{name}={str(path)!r} cannot be written ({what} goes in the folder {folder}): "
+                               f"{e.strerror or e}. Choose a path in a folder you can write to") from e
+    return path
+
+
+# errno values of a full disk (ENOSPC) and of a full quota (EDQUOT, where the OS has it).
+_FULL = {errno.ENOSPC} | ({errno.EDQUOT} if hasattr(errno, "EDQUOT") else set())
+
+
+def write_bytes_atomically(path: Path, data: bytes, what: str) -> Path:
+    """:func:`gpt_lesson.data.write_atomically` of ``data``; a full disk names the file and says so.
+
+    A full disk shows up as ``ENOSPC`` from ``write``, ``flush`` or ``fsync``: the error then
+    says "no space left", names ``path``, how many bytes were asked for, and that an existing
+    file was left as it was (the temp file is removed by ``write_atomically``).
+    """
+    existed = path.exists()
+    try:
+        return write_atomically(path, lambda f: f.write(data), suffix=".tmp", what=what)
+    except OSError as e:
+        if e.errno not in _FULL:
+            raise
+        kept = f"; the old {path} was left as it was" if existed else ""
+        raise OSError(e.errno, f"no space left on the device to write {what} {path} ({len(data):,} bytes){kept}. "
+                               "Free some disk space (or quota) and save again") from e
+
+
+def _tensor_digest(t: torch.Tensor) -> str:
+    t = t.detach().cpu().contiguous()
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def weights_digest(state: dict[str, torch.Tensor], config: dict) -> dict:
+    """sha256 of every tensor (dtype, shape and bytes) and of the config: ``{"config": hex, "model": {name: hex}}``."""
+    return {"config": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+            "model": {name: _tensor_digest(t) for name, t in state.items()}}
+
+
 _PLAIN = (type(None), bool, int, float, str, torch.Tensor, torch.Size, torch.dtype, torch.device)
 
 
-def _check_plain(name: str, value: object) -> None:
-    """Raise unless ``value`` holds only what ``torch.load(weights_only=True)`` reads back."""
+def _check_plain(name: str, value: object, inside: tuple[int, ...] = ()) -> None:
+    """Raise unless ``value`` holds only what ``torch.load(weights_only=True)`` reads back (and no cycle)."""
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in inside:
+            raise ValueError(f"{name} refers back to a dict or list that contains it (a cycle): a checkpoint "
+                             "cannot hold a self-referencing value; store a copy without the loop")
+        inside = inside + (id(value),)
     if isinstance(value, dict):
         for k, v in value.items():
-            _check_plain(f"{name}[{k!r}]", k)
-            _check_plain(f"{name}[{k!r}]", v)
+            _check_plain(f"{name}[{k!r}]", k, inside)
+            _check_plain(f"{name}[{k!r}]", v, inside)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _check_plain(f"{name}[{i}]", v)
+            _check_plain(f"{name}[{i}]", v, inside)
     elif not isinstance(value, _PLAIN):
         raise TypeError(
             f"{name} is a {type(value).__name__}: a checkpoint holds only tensors, numbers, strings, None, lists, "
@@ -70,7 +158,7 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, extra: dict | None = No
     ``weights_only`` loading could not read back: an existing file at ``path`` is then left as
     it was. The file is complete or absent, never half-written.
     """
-    path = check_path("path", path)  # type: ignore[assignment]
+    path = check_file_path("path", path)  # type: ignore[assignment]
     check_instance("model", model, GPT)
     extra = {} if extra is None else check_instance("extra", extra, dict)  # type: ignore[assignment]
     _check_plain("extra", extra)
@@ -80,14 +168,64 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, extra: dict | None = No
         kept = f"; {path} was left as it was" if path.exists() else ""
         raise ValueError(f"model has NaN or infinite weights (in {', '.join(bad[:3])}): refusing to save them "
                          f"to {path}{kept}. A run whose weights are not finite has diverged")
-    payload = {"model": state, "config": model.config.to_dict(), "extra": extra}
-    return write_atomically(path, lambda f: torch.save(payload, f), suffix=".tmp", what="the checkpoint")
+    config = model.config.to_dict()
+    payload = {"model": state, "config": config, "extra": extra, "digest": weights_digest(state, config)}
+    # Serialised in memory first: a full disk is then an OSError of the write that names the file
+    # (torch.save writing straight to the file says only "inline_container.cc: unexpected pos").
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    return write_bytes_atomically(path, buf.getvalue(), "the checkpoint")
+
+
+_ZIP = b"PK\x03\x04"  # torch.save writes a zip archive; its first member starts with this
+
+
+def _check_archive(path: Path, size: int) -> None:
+    """Raise unless ``path`` is an archive torch.load can read whose members all pass their CRC-32 check.
+
+    Names what the file is when it is not one: a legacy .tar checkpoint, a zip archive with other
+    bytes in front of it, or something that is neither a zip archive nor a pickle.
+    """
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if head.startswith(_ZIP):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()  # reads every member and compares its CRC-32: milliseconds
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+            raise CheckpointError(path, f"the file is not a readable PyTorch checkpoint ({size:,} bytes; "
+                                        f"{type(e).__name__}: {e}); it was probably cut short by an interrupted "
+                                        "save or copy") from None
+        if bad is not None:
+            raise CheckpointError(path, f"the file is damaged: the archive member {bad!r} fails its CRC-32 check "
+                                        "(its bytes changed after it was written: a faulty disk, memory or copy)")
+        return
+    try:
+        is_tar = tarfile.is_tarfile(path)
+    except OSError:
+        is_tar = False
+    if is_tar:
+        raise CheckpointError(path, "it is a PyTorch checkpoint in the legacy .tar format of very old PyTorch "
+                                    "versions, which torch.load cannot read with weights_only=True (safely)",
+                              "Load it once with torch.load(..., weights_only=False) only if you trust who made "
+                              "it, then save the model again with save_checkpoint(); or train it again")
+    with open(path, "rb") as f:
+        at = f.read(1 << 20).find(_ZIP)
+    if at > 0:
+        raise CheckpointError(path, f"the file is not a readable PyTorch checkpoint: {at:,} bytes of something else "
+                                    f"(starting {head[:16]!r}) come before its zip archive, so it was damaged or "
+                                    "wrapped by another tool")
+    if not head.startswith(b"\x80"):  # neither zip nor pickle (the legacy format torch.save wrote before 1.6)
+        raise CheckpointError(path, f"the file is not a readable PyTorch checkpoint ({size:,} bytes, starting "
+                                    f"{head[:16]!r}: neither the zip archive torch.save writes nor a pickle); it is "
+                                    "another kind of file, or its start was overwritten")
 
 
 def _read_checkpoint(path: Path, device: str) -> object:
     size = path.stat().st_size
     if size == 0:
         raise CheckpointError(path, "the file is empty (0 bytes): a save or copy was interrupted")
+    _check_archive(path, size)
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -158,6 +296,30 @@ def _check_fits(path: Path, state: dict[str, torch.Tensor], config: GPTConfig) -
         raise CheckpointError(path, f"its tensors do not fit its config {config}: {report[:1500]}") from None
 
 
+def _check_digest(path: Path, ckpt: dict, state: dict[str, torch.Tensor]) -> None:
+    """Raise if the digest stored at saving no longer matches the tensors or the config.
+
+    The zip's CRC-32 is recomputed by whoever rewrites the archive; the digest inside the pickle
+    catches a change made below it (a weight or a config value edited and the archive rezipped).
+    Checkpoints written before the digest existed have none and load on the CRC and the other checks.
+    """
+    stored = ckpt.get("digest")
+    if stored is None:
+        return
+    if not (isinstance(stored, dict) and isinstance(stored.get("config"), str)
+            and isinstance(stored.get("model"), dict)):
+        raise CheckpointError(path, "the file is damaged: its 'digest' entry is not the one save_checkpoint writes")
+    now = weights_digest(state, ckpt["config"])
+    changed = [name for name in sorted(set(now["model"]) | set(stored["model"]))
+               if now["model"].get(name) != stored["model"].get(name)]
+    if now["config"] != stored["config"]:
+        changed.insert(0, "its config")
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise CheckpointError(path, "the file is damaged: the sha256 digest stored when it was saved no longer "
+                                    f"matches {', '.join(changed[:3])}{more} (changed after saving)")
+
+
 # Options that change what the model computes; the others (dropout, the attention kernel) do not.
 _SAME_FUNCTION = ("vocab_size", "n_embd", "n_head", "n_layer", "block_size", "causal", "attn_scale")
 
@@ -172,7 +334,7 @@ def load_checkpoint(path: str | os.PathLike, model: GPT | None = None, device: s
     (``causal``, ``attn_scale``); ``dropout`` and ``attn_impl`` may differ. Any problem raises
     :class:`CheckpointError` naming the file.
     """
-    path = check_path("path", path)  # type: ignore[assignment]
+    path = check_file_path("path", path)  # type: ignore[assignment]
     check_instance("model", model, GPT, allow_none=True)
     device = check_device("device", device)
     if path.is_dir():
@@ -193,6 +355,7 @@ def load_checkpoint(path: str | os.PathLike, model: GPT | None = None, device: s
         raise CheckpointError(path, f"it holds NaN or infinite weights (in {', '.join(bad[:3])}): the run that "
                                     "saved it had diverged", "Delete it and train again (a lower learning rate "
                                     "or grad_clip helps)")
+    _check_digest(path, ckpt, state)
     if model is None:
         model = GPT(config)
     try:

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
-from .data import CharTokenizer, cache_dir, load_tiny_shakespeare, train_val_split
+from .checkpoints import check_file_path, write_bytes_atomically
+from .data import CharTokenizer, cache_dir, load_tiny_shakespeare, sha256_of, train_val_split
 from .i18n import _
 from .model import GPT, GPTConfig
 from .training import (
@@ -39,7 +42,7 @@ from .training import (
     set_seed,
     train,
 )
-from .validation import check_bool, check_instance, check_path
+from .validation import check_bool, check_instance
 
 __all__ = [
     "SHAKESPEARE_CONFIG",
@@ -48,6 +51,8 @@ __all__ = [
     "TOKEN_BUDGET",
     "TARGET_VAL_LOSS",
     "checkpoint_path",
+    "digest_path",
+    "training_lock",
     "load_data",
     "train_model",
     "load_trained",
@@ -89,6 +94,82 @@ def checkpoint_path() -> Path:
     return cache_dir() / CHECKPOINT_NAME
 
 
+def digest_path(path: Path) -> Path:
+    """The file beside a trained checkpoint that holds its sha256, written by :func:`train_model`."""
+    return path.with_name(path.name + ".sha256")
+
+
+def _lock(f) -> None:  # noqa: ANN001 (an open file)
+    """Block until this process holds the lock on ``f``: fcntl.flock on POSIX, msvcrt.locking on Windows."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: lock the first byte; locking() retries for 10 s, then raises: retry
+        import msvcrt
+        while True:
+            try:
+                msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
+                return
+            except OSError:
+                continue
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        warnings.warn(_("another process is training the model for {path}; waiting for it to finish, then "
+                        "loading its result").format(path=f.name.removesuffix(".lock")), stacklevel=4)
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
+@contextmanager
+def training_lock(path: Path) -> Iterator[None]:
+    """Hold ``<path>.lock`` so that one process trains the model for ``path`` and the others wait.
+
+    An exclusive lock held by the open file: the OS releases it when the process ends, even by
+    kill -9, so a crashed trainer never blocks the others. The lock file itself stays (removing
+    it would let two processes lock two different files).
+    """
+    lock_file = path.with_name(path.name + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a+b") as f:
+        _lock(f)
+        yield  # the lock goes with the file when it is closed
+
+
+def _owner(path: Path) -> str | None:
+    """``"user NAME (uid N)"`` when ``path`` belongs to another user than this process's, else None."""
+    if not hasattr(os, "getuid"):  # Windows: no uid to compare
+        return None
+    uid = path.stat().st_uid
+    if uid == os.getuid():
+        return None
+    try:
+        import pwd
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _untrusted(path: Path) -> str | None:
+    """Why the cached checkpoint ``path`` is not to be used, or None: its trainer's digest and its owner.
+
+    :func:`train_model` writes the file's sha256 beside it; a file that does not match it was
+    replaced or changed after training. A file with no digest (the caches of older versions) is
+    used when it is this user's own; another user's is not.
+    """
+    digest, owner = digest_path(path), _owner(path)
+    if digest.is_file():
+        expected = digest.read_text(encoding="utf-8", errors="replace").split()[:1]
+        if expected != [sha256_of(path)]:
+            return (f"it does not match the sha256 its trainer wrote beside it in {digest.name}: it was replaced "
+                    f"or changed after training" + (f" (the file belongs to {owner})" if owner else ""))
+        if owner:
+            warnings.warn(_("the cached model {path} was trained by {owner}, not by you; it matches the digest "
+                            "its trainer wrote, so it is used").format(path=path, owner=owner), stacklevel=3)
+        return None
+    if owner:
+        return f"it belongs to {owner}, not to you, and has no digest from its trainer beside it"
+    return None
+
+
 def load_data(path: str | os.PathLike | None = None) -> tuple[str, CharTokenizer, torch.Tensor, torch.Tensor]:
     """Tiny Shakespeare as ``(text, tokenizer, train_data, val_data)``, split 90/10 without shuffling."""
     text = load_tiny_shakespeare(path)
@@ -111,7 +192,7 @@ def _check_settings(config: object, train_config: object, path: object) -> tuple
     """The defaults filled in and every argument checked."""
     config = SHAKESPEARE_CONFIG if config is None else check_instance("config", config, GPTConfig)
     train_config = TRAIN_CONFIG if train_config is None else check_instance("train_config", train_config, TrainConfig)
-    path = checkpoint_path() if path is None else check_path("path", path)
+    path = checkpoint_path() if path is None else check_file_path("path", path)
     return config, train_config, path  # type: ignore[return-value]
 
 
@@ -142,6 +223,8 @@ def train_model(
     val_loss = evaluate_split(model, val_data, device=train_config.device)
     extra = {"history": history.to_dict(), "val_loss": val_loss, **_settings(config, train_config)}
     save_checkpoint(path, model, extra=extra)
+    # The trainer's word on the file: a checkpoint put there by anyone else does not match it.
+    write_bytes_atomically(digest_path(path), f"{sha256_of(path)}  {path.name}\n".encode(), "the digest")
     model.eval()
     return model, history
 
@@ -166,21 +249,7 @@ def load_trained(
     check_bool("progress", progress)
     tokenizer = load_data()[1]
     wanted = _settings(config, train_config)
-    extra: dict | None = None
-    if path.is_file():
-        try:
-            model, ckpt = load_checkpoint(path)
-        except CheckpointError as e:
-            if not train_if_missing:
-                raise CheckpointError(path, e.problem, "Call load_trained_model(train_if_missing=True) to train it "
-                                                       "again and replace the file") from None
-            warnings.warn(_("the cached model {path} could not be used ({problem}); training it again and "
-                            "replacing the file").format(path=path, problem=e.problem), stacklevel=2)
-        else:
-            extra = ckpt.get("extra")
-            if not isinstance(extra, dict) or {"config": extra.get("config"),
-                                               "train_config": extra.get("train_config")} != wanted:
-                extra = None  # made with other settings: do not pass it off as this model
+    model, extra = _cached(path, wanted, train_if_missing)
     if extra is None and train_if_missing and not explicit_path and not _writable(path.parent):
         # A shared, read-only cache (a JupyterHub's) without a model made with these settings:
         # train into the learner's own cache instead of failing after the training.
@@ -195,11 +264,41 @@ def load_trained(
                 f"no checkpoint made with the current settings at {path}; "
                 "call load_trained_model(train_if_missing=True) or gpt_lesson.shakespeare.train_model()"
             )
-        train_model(progress, config=config, train_config=train_config, path=path)
+        with training_lock(path):  # one process trains; the others wait here, then load its result
+            model, extra = _cached(path, wanted, train_if_missing, quiet=True)
+            if extra is None:
+                train_model(progress, config=config, train_config=train_config, path=path)
+                model, ckpt = load_checkpoint(path)
+                extra = ckpt["extra"]
+    model.eval()  # type: ignore[union-attr]
+    return model, tokenizer, extra  # type: ignore[return-value]
+
+
+def _cached(path: Path, wanted: dict, train_if_missing: bool, quiet: bool = False) -> tuple[GPT | None, dict | None]:
+    """``(model, extra)`` of a usable cached checkpoint made with the ``wanted`` settings, else ``(None, None)``.
+
+    A damaged or untrusted file is said out loud (``quiet``: not twice), or raised without ``train_if_missing``.
+    """
+    if not path.is_file():
+        return None, None
+    try:
+        problem = _untrusted(path)
+        if problem:
+            raise CheckpointError(path, problem)
         model, ckpt = load_checkpoint(path)
-        extra = ckpt["extra"]
-    model.eval()
-    return model, tokenizer, extra
+    except CheckpointError as e:
+        if not train_if_missing:
+            raise CheckpointError(path, e.problem, "Call load_trained_model(train_if_missing=True) to train it "
+                                                   "again and replace the file") from None
+        if not quiet:
+            warnings.warn(_("the cached model {path} could not be used ({problem}); training it again and "
+                            "replacing the file").format(path=path, problem=e.problem), stacklevel=3)
+        return None, None
+    extra = ckpt.get("extra")
+    if not isinstance(extra, dict) or {"config": extra.get("config"),
+                                       "train_config": extra.get("train_config")} != wanted:
+        return None, None  # made with other settings: do not pass it off as this model
+    return model, extra
 
 
 def _writable(folder: Path) -> bool:

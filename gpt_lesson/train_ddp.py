@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -25,13 +26,22 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from . import distributed
-from .data import CharTokenizer, load_tiny_shakespeare, train_val_split, write_atomically
+from .checkpoints import check_file_path, check_writable_file, write_bytes_atomically
+from .data import (
+    CACHE_ENV,
+    DATA_ENV,
+    TINY_SHAKESPEARE_FILE,
+    CharTokenizer,
+    cache_dir,
+    load_tiny_shakespeare,
+    train_val_split,
+)
 from .model import GPT, GPTConfig
 from .training import History, TrainConfig, train
-from .validation import check_int, check_path, check_positive_int
+from .validation import check_int, check_positive_int
 
-__all__ = ["InjectedFailure", "build_parser", "check_args", "load_tokens", "run", "main", "median_step_seconds",
-           "timed_steps"]
+__all__ = ["InjectedFailure", "build_parser", "check_args", "check_sizes", "load_tokens", "run", "main",
+           "median_step_seconds", "timed_steps"]
 
 
 class InjectedFailure(RuntimeError):
@@ -103,7 +113,11 @@ def check_args(args: argparse.Namespace) -> None:
             check_positive_int("--" + option.replace("_", "-"), getattr(args, option))
     check_int("--fail-rank", args.fail_rank, minimum=0)
     for option in ("data", "checkpoint", "history"):
-        check_path("--" + option, getattr(args, option), allow_none=True)
+        check_file_path("--" + option, getattr(args, option), allow_none=True)
+    _check_distinct_files(args)
+    for option, what in (("checkpoint", "the checkpoint"), ("history", "the history")):
+        if getattr(args, option) is not None:  # found now, not after the run
+            check_writable_file("--" + option, check_file_path("--" + option, getattr(args, option)), what)
     # The sizes and the training settings, as the library checks them (vocab_size is not known yet);
     # an error names the option too: "--lr: learning_rate=inf must be a finite number (> 0)".
     try:
@@ -117,12 +131,79 @@ def check_args(args: argparse.Namespace) -> None:
         raise type(e)(f"{option}: {e}") from None
 
 
+def _input_files(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``(option, path)`` of every file the run reads: --data, or the Tiny Shakespeare file it falls back to."""
+    if args.data is not None:
+        return [("--data", args.data)]
+    if os.environ.get(DATA_ENV):
+        return [(f"--data (from ${DATA_ENV})", os.environ[DATA_ENV])]
+    try:
+        default = cache_dir() / TINY_SHAKESPEARE_FILE
+    except (TypeError, ValueError):  # a bad $GPT_LESSON_CACHE: load_tokens names it
+        return []
+    return [(f"--data (default: Tiny Shakespeare in ${CACHE_ENV} or the cache)", str(default))]
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: after ~, relative parts and symlinks are resolved, or as hard links."""
+    ra, rb = (os.path.realpath(os.path.expanduser(p)) for p in (a, b))
+    if ra == rb:
+        return True
+    try:
+        return os.path.samefile(ra, rb)
+    except OSError:  # one of them does not exist yet: different files
+        return False
+
+
+def _check_distinct_files(args: argparse.Namespace) -> None:
+    """Refuse an output that is an input or another output: writing it would destroy the other file."""
+    outputs = [(f"--{o}", getattr(args, o)) for o in ("checkpoint", "history") if getattr(args, o) is not None]
+    inputs = _input_files(args)
+    for i, (out, path) in enumerate(outputs):
+        for other, other_path in outputs[:i] + inputs:
+            if _same_file(path, other_path):
+                where = os.path.realpath(os.path.expanduser(path))
+                raise ValueError(f"{out}={path!r} is the same file as {other}={other_path!r} ({where}): writing "
+                                 f"{out} would destroy it. Give each output a file of its own, apart from the inputs")
+
+
+def _splits_fit(n_tokens: int, block_size: int) -> bool:
+    n_train = int(0.9 * n_tokens)  # train_val_split's cut
+    return n_train > block_size and n_tokens - n_train > block_size
+
+
+def check_sizes(args: argparse.Namespace, n_tokens: int, world_size: int) -> int:
+    """Check what depends on the data and the ranks; returns the micro-batches per rank.
+
+    Both splits (90/10) must hold more than one window of ``--block-size`` tokens, and the global
+    batch must cut into equal micro-batches on every rank.
+    """
+    if not _splits_fit(n_tokens, args.block_size):
+        need = next(n for n in range(args.block_size, 20 * args.block_size + 40) if _splits_fit(n, args.block_size))
+        what = f"--max-chars={args.max_chars}" if args.max_chars is not None else f"--data {args.data or 'the text'}"
+        raise ValueError(f"{what} gives {n_tokens:,} tokens: the validation split (10%) and the training split "
+                         f"(90%) each need more than --block-size={args.block_size} tokens, so use at least "
+                         f"{need:,} characters (or a smaller --block-size)")
+    if args.micro_batch_size is not None:
+        try:
+            return distributed.grad_accum_steps_for(args.batch_size, args.micro_batch_size, world_size)
+        except ValueError:
+            raise ValueError(f"--micro-batch-size={args.micro_batch_size} does not divide --batch-size="
+                             f"{args.batch_size} over {world_size} process(es): the global batch must be a "
+                             "multiple of micro-batch size x processes") from None
+    accum = args.grad_accum_steps or 1
+    if args.batch_size % (accum * world_size):
+        raise ValueError(f"--batch-size={args.batch_size} cannot be cut into {world_size} process(es) x "
+                         f"--grad-accum-steps={accum} equal micro-batches: make it a multiple of {accum * world_size}")
+    return accum
+
+
 def load_tokens(path: str | None, max_chars: int | None) -> tuple[torch.Tensor, CharTokenizer]:
     """The token ids and tokenizer of ``--data`` (Tiny Shakespeare without it), cut to ``--max-chars``."""
     if path is None:
         text = load_tiny_shakespeare()
     else:
-        file = check_path("--data", path)
+        file = check_file_path("--data", path)
         if not file.is_file():  # type: ignore[union-attr]
             raise FileNotFoundError(f"--data {file}: no such file")
         raw = file.read_bytes()  # type: ignore[union-attr]
@@ -142,7 +223,7 @@ def load_tokens(path: str | None, max_chars: int | None) -> tuple[torch.Tensor, 
 
 def _write_json_atomically(path: str, payload: dict) -> None:
     data = json.dumps(payload, indent=1).encode("utf-8")
-    write_atomically(check_path("--history", path), lambda f: f.write(data), suffix=".tmp", what="the history")
+    write_bytes_atomically(check_file_path("--history", path), data, "the history")  # type: ignore[arg-type]
 
 
 def run(args: argparse.Namespace, ctx: distributed.DistContext,
@@ -154,11 +235,8 @@ def run(args: argparse.Namespace, ctx: distributed.DistContext,
     check_args(args)
     if args.fail_at_step is not None and not 0 <= args.fail_rank < ctx.world_size:
         raise ValueError(f"--fail-rank={args.fail_rank} is not a rank of this run (world size {ctx.world_size})")
-    if args.micro_batch_size is not None:
-        accum = distributed.grad_accum_steps_for(args.batch_size, args.micro_batch_size, ctx.world_size)
-    else:
-        accum = args.grad_accum_steps or 1
     data, tok = tokens if tokens is not None else load_tokens(args.data, args.max_chars)
+    accum = check_sizes(args, len(data), ctx.world_size)
     train_data, val_data = train_val_split(data)
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP checks by copying rank 0's)
     model = GPT(tok.vocab_size, args.n_embd, args.n_head, args.n_layer, args.block_size, dropout=args.dropout)
@@ -209,12 +287,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_args(args)
-    except (TypeError, ValueError) as e:
-        parser.error(str(e))  # exits with status 2, before any process group or data
+    except (TypeError, ValueError, OSError) as e:
+        # exits with status 2, before any process group or data ("[Errno 21]" left out: the text says it)
+        parser.error(e.strerror if isinstance(e, OSError) and e.strerror else str(e))
     try:
         tokens = load_tokens(args.data, args.max_chars)
     except (OSError, ValueError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
+    try:
+        ranks = distributed.ranks_from_env()
+        check_sizes(args, len(tokens[0]), 1 if ranks is None else ranks[2])
+    except ValueError as e:
+        parser.error(str(e))  # before any process group or training
     with distributed.process_group(args.backend) as ctx:
         run(args, ctx, tokens)
     return 0

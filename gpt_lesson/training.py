@@ -29,7 +29,14 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import distributed
-from .checkpoints import CheckpointError, load_checkpoint, non_finite_tensors, save_checkpoint
+from .checkpoints import (
+    CheckpointError,
+    check_file_path,
+    check_writable_file,
+    load_checkpoint,
+    non_finite_tensors,
+    save_checkpoint,
+)
 from .data import get_batch
 from .model import GPT
 from .validation import (
@@ -40,7 +47,6 @@ from .validation import (
     check_language_model,
     check_longer_than_block,
     check_number,
-    check_path,
     check_positive_int,
     check_tensor,
     check_token_ids,
@@ -118,7 +124,7 @@ class TrainConfig:
         check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         object.__setattr__(self, "device", check_device("device", self.device))
         check_bool("progress", self.progress)
-        path = check_path("checkpoint_path", self.checkpoint_path, allow_none=True)
+        path = check_file_path("checkpoint_path", self.checkpoint_path, allow_none=True)
         # A str: checkpoints hold no Path objects.
         object.__setattr__(self, "checkpoint_path", None if path is None else str(path))
         if self.batch_size % self.grad_accum_steps:
@@ -282,6 +288,8 @@ def _check_run(model: object, train_data: object, val_data: object, cfg: object,
     if cfg.checkpoint_path and not isinstance(model, GPT):  # type: ignore[union-attr]
         raise TypeError(f"checkpoint_path needs a gpt_lesson GPT (save_checkpoint stores its config); "
                         f"got {type(model).__name__}: train without it and save the model yourself")
+    if cfg.checkpoint_path and distributed.is_main():  # a folder or no rights: found now, not after every step
+        check_writable_file("checkpoint_path", cfg.checkpoint_path, "the checkpoint")  # type: ignore[union-attr]
     world_size = distributed.rank_and_world_size()[1]
     if cfg.batch_size % (cfg.grad_accum_steps * world_size):  # type: ignore[union-attr]
         raise ValueError(
@@ -336,7 +344,9 @@ def train(
 
     Estimates train/val loss at step 0, every ``eval_interval`` steps and at the end; stops at
     the first loss (or weights) that is not finite (:class:`TrainingDiverged`), so a diverged run
-    never replaces a good checkpoint. Saves one at the end when ``cfg.checkpoint_path`` is set.
+    never replaces a good checkpoint. Saves one at the end when ``cfg.checkpoint_path`` is set: a
+    path that cannot be written (a folder, no rights) is refused before the first step, and if the
+    save still fails (a full disk) the ``OSError`` carries the run's history as ``err.history``.
     Any language model of the course trains (``model(x, y)`` returns ``(logits, loss)``, and
     ``model.config`` has ``vocab_size`` and ``block_size``).
 
@@ -381,5 +391,9 @@ def train(
         raise _diverged(len(hist.step), f"the last update made the weights non-finite (NaN or inf in {bad[0]})",
                         cfg, hist)
     if cfg.checkpoint_path:
-        _save(model, cfg, hist)  # type: ignore[arg-type]
+        try:
+            _save(model, cfg, hist)  # type: ignore[arg-type]
+        except OSError as e:  # a full disk, or the folder changed during the run: the history is kept
+            e.history = hist  # type: ignore[attr-defined]
+            raise
     return hist

@@ -170,7 +170,9 @@ def test_an_unreadable_cached_checkpoint_is_retrained_and_replaced(kind, problem
     assert extra["config"] == CACHE_KEY_CONFIG and not model.training
     reloaded, _ = load_checkpoint(path)  # the file is a good checkpoint again
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
-    assert sorted(p.name for p in path.parent.iterdir()) == [CHECKPOINT_NAME]  # no temp file left
+    # no temp file left; beside the model, the trainer's digest and the lock that lets one process train
+    assert sorted(p.name for p in path.parent.iterdir()) == [CHECKPOINT_NAME, CHECKPOINT_NAME + ".lock",
+                                                             CHECKPOINT_NAME + ".sha256"]
     assert not (tmp_path / "pwned").exists()
 
 

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.transforms import offset_copy
 
+from ..checkpoints import check_file_path, write_bytes_atomically
 from ..i18n import language
 from ..runtime import one_thread
 from ..validation import check_choice
@@ -267,13 +268,13 @@ class ExplorerWidget(anywidget.AnyWidget):
         """Write the static picture of what the explorer shows now to ``path`` (a .png file); returns the path."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        path = Path(path)
+        path = check_file_path("path", path)
         if path.suffix.lower() != ".png":
             raise ValueError(f"path={str(path)!r} must end in .png: save_png writes a PNG image")
         if not path.parent.is_dir():
             raise ValueError(f"the folder {str(path.parent)!r} does not exist; create it first")
-        path.write_bytes(self.png)
-        return path
+        # A temp file renamed into place: an old picture is never replaced by half of a new one.
+        return write_bytes_atomically(path, self.png, "the picture")
 
     def embedded_state_bytes(self) -> int:
         """Bytes this explorer adds to a saved notebook's widget state (and to an exported page)."""
