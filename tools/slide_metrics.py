@@ -88,7 +88,7 @@ async () => {
         const owner = el.closest('section');
         if (owner !== slide) continue;
         const cs = getComputedStyle(el);
-        const px = parseFloat(cs.fontSize) * scale;
+        const px = parseFloat(cs.fontSize) * scale * (el.currentCSSZoom || 1);  // CSS zoom (a shrunk output)
         const isCode = !!el.closest('pre, code, kbd, samp');
         const key = isCode ? 'code_min' : 'body_min';
         if (rec[key] === null || px < rec[key]) rec[key] = px;
@@ -142,7 +142,9 @@ async () => {
               if (!rr.length) continue;
               const top = Math.round(rr[rr.length - 1].top);
               if (prevTop === null || top > prevTop + 2) {
-                if (prevTop !== null && prev && WORD.test(prev) && WORD.test(t[i]))
+                // (A token longer than a whole row has to break: its row holds no space.)
+                const before = (rows[rows.length - 1] || '').trim();
+                if (prevTop !== null && prev && WORD.test(prev) && WORD.test(t[i]) && /\s/.test(before))
                   rec.splits.push({kind: 'word', text: (rows[rows.length - 1] || '').slice(-20) + '|' + t.slice(i, i + 20)});
                 rows.push('');
                 prevTop = top;
@@ -152,7 +154,7 @@ async () => {
             }
           }
           for (const row of rows.slice(1))
-            if (row.trim() && /^[\s"'`)\]},;:.]+$/.test(row))
+            if (row.trim() && /^[\s"'`)\]},;:]+$/.test(row))
               rec.splits.push({kind: 'lone', text: row.trim()});
         }
       }

@@ -35,6 +35,7 @@ import fnmatch
 import hashlib
 import html
 import json
+import math
 import os
 import re
 import shutil
@@ -78,7 +79,10 @@ __all__ = [
     "build_deck",
     "build_decks",
     "lecture_cut",
+    "lecture_minutes",
+    "lecture_deck_slides",
     "LECTURE_BUDGET",
+    "LECTURE_SECONDS_PER_SLIDE",
     "remote_references",
 ]
 
@@ -706,7 +710,7 @@ _TAG_NAME_RE = re.compile(r"<(\w+)")
 
 def _line_blocks(inner: str) -> str:
     """The inside of a ``<pre>`` with each source line in its own ``<span class="gl-line">``, whose
-    wrapped continuation hangs 4 characters deeper than the line's own indentation.
+    wrapped continuation hangs 4 characters deeper than the line's own indentation (of at most 24).
 
     Highlighting spans that cross a line end (a multi-line string) are closed at the end of the line
     and opened again on the next, so the HTML stays well nested.
@@ -735,7 +739,7 @@ def _line_blocks(inner: str) -> str:
     out = []
     for line in lines:
         text = html.unescape(re.sub(r"<[^>]+>", "", "".join(line)))
-        hang = len(text) - len(text.lstrip(" ")) + 4
+        hang = min(len(text) - len(text.lstrip(" ")), 24) + 4  # a deep indent still leaves 40+ characters a row
         out.append(f'<span class="gl-line" style="padding-left:{hang}ch;text-indent:-{hang}ch">{"".join(line)}</span>')
     return "".join(out)
 
@@ -787,6 +791,7 @@ def _make_exporter(template_dir: Path, lecture: bool = False):
 # How tall the pieces of a slide are, estimated in slide pixels from the deck's own sizes (34 px body
 # text at line-height 1.3, 26 px code, 1280 px wide). The estimate is deliberately generous; the
 # browser measurement (tools.slide_metrics) is the judge, and the tests hold every lecture deck to it.
+LECTURE_SECONDS_PER_SLIDE = 30  # presenting one slide of the lecture cut (see lecture_minutes)
 LECTURE_BUDGET = 560  # estimated px of content per slide, of SLIDE_HEIGHT (720): room for the estimate's error
 _LECTURE_CODE_ROWS = 14  # rows of code (input or text output) on one slide at most
 _LECTURE_IMG_PX = 520  # images are shown at most this high (CSS) in the lecture cut
@@ -929,30 +934,29 @@ def _table_pieces(block: str) -> list[str]:
 def _markdown_pieces(cell: dict) -> list[tuple[dict, float]]:
     """A markdown cell as pieces that each fit a slide, cut at paragraph boundaries; a heading stays with
     the paragraph after it."""
-    blocks = []
+    blocks: list[tuple[str, str]] = []  # (text, what joins it to the block before it in the same piece)
     for b in _markdown_blocks(cell["source"]):
         if b.lstrip().startswith("|"):
-            blocks += _table_pieces(b)
+            blocks += [(x, "\n\n") for x in _table_pieces(b)]
         elif _LIST_ITEM_RE.match(b) and _markdown_height(b) > LECTURE_BUDGET:
-            blocks += _list_items(b)
+            blocks += [(x, "\n\n" if i == 0 else "\n") for i, x in enumerate(_list_items(b))]  # a tight list stays tight
         elif _markdown_height(b) > LECTURE_BUDGET and not re.match(r"\s*(<|\$\$|```|~~~|#|>)", b):
-            blocks += _sentence_pieces(b)
+            blocks += [(x, "\n\n") for x in _sentence_pieces(b)]
         else:
-            blocks.append(b)
-    pieces: list[tuple[list[str], float]] = []
-    for b in blocks:
+            blocks.append((b, "\n\n"))
+    pieces: list[tuple[str, float, bool]] = []  # (text, height, only headings so far)
+    for b, sep in blocks:
         h = _markdown_height(b)
-        last = pieces[-1] if pieces else None
-        heading_alone = last is not None and all(_HEADING_RE.match(x.strip()) for x in last[0])
-        if last is not None and (last[1] + h <= LECTURE_BUDGET or heading_alone):
-            last[0].append(b)
-            pieces[-1] = (last[0], last[1] + h)
+        heading = bool(_HEADING_RE.match(b.strip()))
+        if pieces and (pieces[-1][1] + h <= LECTURE_BUDGET or pieces[-1][2]):
+            text, used, headings = pieces[-1]
+            pieces[-1] = (text + sep + b, used + h, headings and heading)
         else:
-            pieces.append(([b], h))
+            pieces.append((b, h, heading))
     out = []
-    for blocks_, h in pieces or [([cell["source"]], 0.0)]:
+    for text, h, _ in pieces or [(cell["source"], 0.0, False)]:
         piece = copy.deepcopy(cell)
-        piece["source"] = "\n\n".join(blocks_)
+        piece["source"] = text
         out.append((piece, h))
     for k, (piece, _) in enumerate(out[1:], 1):
         if "id" in piece:
@@ -978,7 +982,13 @@ def _output_height(out: dict) -> float:
         if "<iframe" in page:
             return float(m.group(1)) if m else 640.0
         rows = page.count("<tr")
-        return rows * (_BODY_LINE + 8) + 20 if rows else _rows(re.sub(r"<[^>]+>", "", page), _BODY_CHARS) * _BODY_LINE
+        if rows:
+            return rows * (_BODY_LINE + 8) + 20
+        # Other HTML (token strips, styled text): its breaks and blocks plus its wrapped text, at a
+        # generous 50 px a row (such outputs often set a large line height).
+        plain = html.unescape(re.sub(r"<[^>]+>", "", page))
+        breaks = len(re.findall(r"<br\b|<div\b|<p\b|<li\b|<h\d", page, re.I))
+        return (breaks + _rows(plain, _BODY_CHARS)) * 50.0 + 20
     if "text/latex" in data:
         return 90.0
     text = data.get("text/plain", "")
@@ -1056,6 +1066,14 @@ def _code_pieces(cell: dict) -> list[tuple[dict, float]]:
         outputs += _stream_chunks(out) if out.get("output_type") == "stream" else [out]
     for out in outputs:
         h = _output_height(out)
+        data = out.get("data", {})
+        page = data.get("text/html")
+        if h > SLIDE_HEIGHT - 60 and isinstance(page, str) and "<iframe" not in page:
+            # One HTML output taller than the screen (a long token strip) cannot be cut: it is shown smaller.
+            zoom = max(0.6, round((SLIDE_HEIGHT - 80) / h, 2))
+            out = copy.deepcopy(out)
+            out["data"]["text/html"] = f'<div class="gl-fit" style="zoom:{zoom}">{page}</div>'
+            h *= zoom
         if pieces and pieces[-1][1] + h <= LECTURE_BUDGET:
             piece, used = pieces[-1]
             piece["outputs"].append(out)
@@ -1065,6 +1083,26 @@ def _code_pieces(cell: dict) -> list[tuple[dict, float]]:
     if not pieces:
         new(cell["source"] if not hidden else "", [], 0.0)
     return pieces
+
+
+def lecture_deck_slides(notebook: str | os.PathLike) -> int:
+    """Slides and subslides of a notebook's lecture deck (teacher's version), without building it."""
+    path = Path(notebook)
+    nb = nbformat.read(path, as_version=4)
+    return count_slides(lecture_cut(_deck_notebook(nb, True, path.parent)))[1]
+
+
+def lecture_minutes(slides: int, seconds_per_slide: float = LECTURE_SECONDS_PER_SLIDE) -> int:
+    """Minutes to present a lecture deck of ``slides`` slides and subslides, rounded up to 5 minutes.
+
+    The rule of docs/teaching.md §1: 30 s per slide of the lecture cut (a piece of at most 560 px:
+    one idea, one code chunk or one output). On the three decks of lecture 1 (00, 01, 02: 138 slides)
+    it gives 69 minutes, inside the 40-70 minutes a reviewer measured presenting them (issue 29)."""
+    if not isinstance(slides, int) or slides < 1:
+        raise ValueError(f"slides={slides!r} must be a positive number of slides")
+    if seconds_per_slide <= 0:
+        raise ValueError(f"seconds_per_slide={seconds_per_slide!r} must be positive")
+    return 5 * math.ceil(slides * seconds_per_slide / 60 / 5)
 
 
 def lecture_cut(nb: dict, budget: float = LECTURE_BUDGET) -> dict:
@@ -1459,7 +1497,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for d in decks:
-        print(f"{d.html}  {d.horizontal:3d} slides, {d.total:3d} with subslides  ({d.title})")
+        minutes = f", {lecture_minutes(d.total)} min at {LECTURE_SECONDS_PER_SLIDE} s a slide" if args.lecture else ""
+        print(f"{d.html}  {d.horizontal:3d} slides, {d.total:3d} with subslides{minutes}  ({d.title})")
     print(f"{len(decks)} decks and {args.out / 'index.html'} in {time.perf_counter() - start:.1f} s")
     return 0
 
