@@ -624,14 +624,16 @@ def test_lesson_deck_offline(built, browser_context, name):
     page.wait_for_function(GET_REVEAL, timeout=30_000)
     assert page.evaluate("() => Reveal.getTotalSlides()") == deck.total
     assert page.evaluate("() => Reveal.getHorizontalSlides().length") == deck.horizontal
-    if deck.horizontal > 1:
-        # ArrowRight first reveals the fragments of the first slide, then moves to the second.
+    if deck.total > 1:
+        # ArrowRight first reveals the fragments of the first slide, then moves to the next slide in
+        # linear order: the first slide's own subslide when it has one (navigationMode "linear").
         fragments = page.evaluate("() => Reveal.getCurrentSlide().querySelectorAll('.fragment').length")
+        below = page.evaluate("() => Reveal.getHorizontalSlides()[0].querySelectorAll(':scope > section').length")
         for _ in range(fragments + 1):
             page.keyboard.press("ArrowRight")
-        assert _indices(page)[:2] == (1, 0)
+        assert _indices(page)[:2] == ((0, 1) if below > 1 else (1, 0))
         page.keyboard.press("ArrowLeft")
-        assert _indices(page)[0] == 0
+        assert _indices(page)[:2] == (0, 0)
     page.wait_for_timeout(500)
     assert log.problems() == {}
     page.close()
@@ -688,3 +690,121 @@ def test_chinese_deck_is_readable_from_the_back_row(browser_context, tmp_path, n
     assert _readability_problems(m) == []
     html = deck.html.read_text(encoding="utf-8")
     assert sum("\u4e00" <= ch <= "\u9fff" for ch in html) > 500  # the Chinese text is on the slides
+
+
+# --------------------------------------------------------------------------------------------
+# The module plan (docs/teaching.md section 1) and every lesson's speaker notes agree
+
+PLAN_ROW_RE = re.compile(r"^\| (\d+|\(bonus\))[^|]*\|[^|]*\| ([^|]*) \|", re.M)
+PLAN_LESSON_RE = re.compile(r"\b(\d\d) [^(·|]+\((\d+)\)")
+# The plan line that opens each lesson's lecture-plan note, in each edition.
+NOTE_PLAN_RE = {
+    "en": re.compile(r"\*\*Lecture plan:\*\* (?:week (\d+)(?: \([^)]*\))?|bonus \(self-study\)), (\d+) minutes"),
+    "zh": re.compile(r"\*\*讲课安排：\*\*(?:第 (\d+) 周(?:（[^）]*）)?|附加（自学）)，(?:如在课上讲，需要 |讲 |如果每张幻灯片都讲，需要 )?(\d+) 分钟"),
+}
+# Anything else a note says about the schedule: the lecture or week it names, the lesson it pairs with,
+# the lesson's minutes.
+NOTE_WEEK_RE = {"en": re.compile(r"\b(?:[Ll]ecture|[Ww]eek) (\d+)\b"), "zh": re.compile(r"第 (\d+) [讲周]")}
+NOTE_PAIR_RE = {"en": re.compile(r"pairs this lesson with lesson (\d\d)|same lecture as lesson (\d\d)"),
+                "zh": re.compile(r"把本课和第 (\d\d) 课放在一起讲|与第 (\d\d) 课在同一讲")}
+NOTE_MINUTES_RE = {
+    "en": re.compile(r"of the lesson's (\d+) minutes|(\d+) minutes in lecture|the lesson takes (\d+) minutes"),
+    "zh": re.compile(r"全课 (\d+) 分钟|讲中约 (\d+) 分钟|本课需要 (\d+) 分钟"),
+}
+
+
+def module_plan(guide: str) -> dict[str, tuple[int | None, int]]:
+    """Lesson number -> (week, lecture minutes) from the table of docs/teaching.md section 1 (week None: bonus)."""
+    section = guide[guide.index("## 1. "):guide.index("## 2. ")]
+    plan = {}
+    for m in PLAN_ROW_RE.finditer(section):
+        week = None if m.group(1).startswith("(") else int(m.group(1))
+        for lesson, minutes in PLAN_LESSON_RE.findall(m.group(2)):
+            if lesson in plan:
+                raise ValueError(f"lesson {lesson} is in the plan twice")
+            plan[lesson] = (week, int(minutes))
+    return plan
+
+
+def notes_problems(lesson: str, lang: str, notes: list[str], plan: dict[str, tuple[int | None, int]]) -> list[str]:
+    """Where a lesson's speaker notes (the texts of its notes cells) disagree with the plan."""
+    if lesson not in plan:
+        return [f"{lesson}: not in the module plan"]
+    week, minutes = plan[lesson]
+    problems = []
+    stated = [m for text in notes for m in NOTE_PLAN_RE[lang].finditer(text)]
+    if len(stated) != 1:
+        problems.append(f"{lesson} ({lang}): {len(stated)} lecture-plan lines in the notes, expected 1")
+    for m in stated:
+        got = (int(m.group(1)) if m.group(1) else None, int(m.group(2)))
+        if got != (week, minutes):
+            problems.append(f"{lesson} ({lang}): the notes say week {got[0]}, {got[1]} minutes; the plan says "
+                            f"week {week}, {minutes} minutes")
+    for text in notes:
+        for m in NOTE_WEEK_RE[lang].finditer(text):
+            if int(m.group(1)) != week:
+                problems.append(f"{lesson} ({lang}): the notes name {m.group(0)!r}, the plan puts it in week {week}")
+        for m in NOTE_PAIR_RE[lang].finditer(text):
+            other = m.group(1) or m.group(2)
+            if plan.get(other, (None,))[0] != week:
+                problems.append(f"{lesson} ({lang}): the notes pair it with lesson {other}, which the plan puts "
+                                f"in week {plan.get(other, ('none',))[0]}, not {week}")
+        for m in NOTE_MINUTES_RE[lang].finditer(text):
+            said = int(next(g for g in m.groups() if g))
+            if said != minutes:
+                problems.append(f"{lesson} ({lang}): the notes say {m.group(0)!r}, the plan gives it {minutes} minutes")
+    return problems
+
+
+def _notes(path: Path) -> list[str]:
+    return [c.source for c in nbformat.read(path, as_version=4).cells
+            if c.cell_type == "markdown" and _slide_type(c) == "notes"]
+
+
+def test_every_lessons_speaker_notes_match_the_module_plan():
+    """Each lesson (both editions) has one lecture-plan note whose week and minutes are the plan's, and no
+    note names another lecture, pairs it with a lesson of another week, or gives it other minutes."""
+    plan = module_plan((REPO / "docs" / "teaching.md").read_text(encoding="utf-8"))
+    lessons = [p for p in find_notebooks(REPO / "notebooks") if p.stem[:2].isdigit()]
+    assert sorted(plan) == [p.stem[:2] for p in lessons]  # every lesson, Part III included, is in the plan
+    problems = []
+    for path in lessons:
+        problems += notes_problems(path.stem[:2], "en", _notes(path), plan)
+        problems += notes_problems(path.stem[:2], "zh", _notes(REPO / "notebooks" / "zh" / path.name), plan)
+    assert problems == []
+
+
+def test_the_notes_check_names_the_contradictions_issue_29_found():
+    """The notes as they were before the plan was measured: 02's "45 minutes", 07's "lecture 3" in week 4,
+    08 paired with 09 of another week, a lesson without a plan line (00, 09, 10)."""
+    plan = {"02": (2, 25), "07": (4, 35), "08": (4, 30), "09": (5, 50)}
+    line = "**Lecture plan:** week {w}, {m} minutes of lecture."
+    assert notes_problems("02", "en", [line.format(w=2, m=25), "Plan about 10 of the lesson's 45 minutes for this."],
+                          plan) == ["02 (en): the notes say \"of the lesson's 45 minutes\", the plan gives it 25 minutes"]
+    assert notes_problems("07", "en", [line.format(w=4, m=35), "Your turn 2 is the in-class exercise of lecture 3."],
+                          plan) == ["07 (en): the notes name 'lecture 3', the plan puts it in week 4"]
+    assert notes_problems("08", "en", [line.format(w=4, m=30), "Lecture 4 pairs this lesson with lesson 09;"],
+                          plan) == ["08 (en): the notes pair it with lesson 09, which the plan puts in week 5, not 4"]
+    assert notes_problems("09", "en", ["No plan here."], plan) == ["09 (en): 0 lecture-plan lines in the notes, expected 1"]
+    assert notes_problems("02", "zh", ["**讲课安排：**第 2 周，讲 30 分钟。", "这一节大约占全课 45 分钟中的 10 分钟。"], plan) == [
+        "02 (zh): the notes say week 2, 30 minutes; the plan says week 2, 25 minutes",
+        "02 (zh): the notes say '全课 45 分钟', the plan gives it 25 minutes"]
+    assert notes_problems("11", "en", [], plan) == ["11: not in the module plan"]
+
+
+def test_the_plans_minutes_are_the_lecture_cuts():
+    """The plan's lecture minutes are the rule of section 1 (30 s a slide of the lecture cut, rounded up to
+    5 minutes) applied to each lesson's lecture deck; within 5 minutes, as re-executed outputs can move a
+    deck by a slide or two."""
+    plan = module_plan((REPO / "docs" / "teaching.md").read_text(encoding="utf-8"))
+    measured = {p.stem[:2]: slides.lecture_minutes(slides.lecture_deck_slides(p))
+                for p in find_notebooks(REPO / "notebooks") if p.stem[:2].isdigit()}
+    off = {k: (plan[k][1], measured[k]) for k in measured if abs(plan[k][1] - measured[k]) > 5}
+    assert off == {}, f"lesson: (plan's minutes, the lecture cut's) {off}"
+    guide = (REPO / "docs" / "teaching.md").read_text(encoding="utf-8")
+    section = guide[guide.index("## 1. "):guide.index("## 2. ")]
+    # Each lecture's planned material fits 80 minutes and its slack is what is left of 90.
+    for row in re.findall(r"^\| (\d+)[^|]*\|[^|]*\| ([^|]*) \| ([^|]*) \| (\d+) \|", section, re.M):
+        lessons = sum(int(m) for _, m in PLAN_LESSON_RE.findall(row[1]))
+        planned = [int(x) for x in re.findall(r"\d+", row[2])]
+        assert planned[0] == lessons and sum(planned) <= 85 and sum(planned) + int(row[3]) == 90, row

@@ -59,7 +59,10 @@ async () => {
   const SKIP = 'aside.notes, script, style, .MathJax_Preview, .MathJax, .MathJax_CHTML, .mjx-chtml, mjx-container, sup, sub, .MJX_Assistive_MathML';
   const slidesBox = document.querySelector('.reveal .slides');
   const height = R.getConfig().height;
+  // Letters of scripts that break only between words (Chinese may break between any two characters).
+  const WORD = /[\p{Script=Latin}\p{Script=Greek}\p{Script=Cyrillic}\p{Nd}_]/u;
   const charsByFont = {};
+  const frameChars = new Map();  // frame document -> {font stack: Set of characters}
   const out = [];
   const hs = R.getHorizontalSlides();
   for (let h = 0; h < hs.length; h++) {
@@ -71,7 +74,7 @@ async () => {
       const scale = R.getScale();
       const box = slidesBox.getBoundingClientRect();
       const rec = {h, v, scale, body_min: null, code_min: null, small: [], clipped: [], chars: 0,
-                   height: slide.scrollHeight, title: ''};
+                   height: slide.scrollHeight, title: '', splits: [], frames: 0, frame_min: null};
       const heading = slide.querySelector('h1, h2, h3, h4');
       rec.title = heading ? heading.textContent.replace('¶', '').trim().slice(0, 80) : '';
       const walker = document.createTreeWalker(slide, NodeFilter.SHOW_TEXT);
@@ -85,7 +88,7 @@ async () => {
         const owner = el.closest('section');
         if (owner !== slide) continue;
         const cs = getComputedStyle(el);
-        const px = parseFloat(cs.fontSize) * scale;
+        const px = parseFloat(cs.fontSize) * scale * (el.currentCSSZoom || 1);  // CSS zoom (a shrunk output)
         const isCode = !!el.closest('pre, code, kbd, samp');
         const key = isCode ? 'code_min' : 'body_min';
         if (rec[key] === null || px < rec[key]) rec[key] = px;
@@ -122,13 +125,74 @@ async () => {
         if (inside > 1 || outside > 1)
           rec.clipped.push({px: Math.round(Math.max(inside, outside)),
                             text: pre.textContent.trim().split('\n')[0].slice(0, 60)});
+        // Wrapping: a break inside a word ("NotImp|lementedError") or a continuation row that holds only
+        // punctuation (a lone quote). Only source lines drawn on more than one row are looked at.
+        const lines = pre.querySelectorAll('.gl-line').length ? pre.querySelectorAll('.gl-line') : [pre];
+        for (const line of lines) {
+          const lh = parseFloat(getComputedStyle(line).lineHeight) || 30;
+          if (line.getBoundingClientRect().height < 1.5 * lh * scale) continue;
+          const rows = [];
+          let prev = null, prevTop = null;
+          const tw = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+          for (let node = tw.nextNode(); node; node = tw.nextNode()) {
+            const t = node.textContent;
+            for (let i = 0; i < t.length; i++) {
+              range.setStart(node, i); range.setEnd(node, i + 1);
+              const rr = range.getClientRects();
+              if (!rr.length) continue;
+              const top = Math.round(rr[rr.length - 1].top);
+              if (prevTop === null || top > prevTop + 2) {
+                // (A token longer than a whole row has to break: its row holds no space.)
+                const before = (rows[rows.length - 1] || '').trim();
+                if (prevTop !== null && prev && WORD.test(prev) && WORD.test(t[i]) && /\s/.test(before))
+                  rec.splits.push({kind: 'word', text: (rows[rows.length - 1] || '').slice(-20) + '|' + t.slice(i, i + 20)});
+                rows.push('');
+                prevTop = top;
+              }
+              rows[rows.length - 1] += t[i];
+              prev = t[i];
+            }
+          }
+          for (const row of rows.slice(1))
+            if (row.trim() && /^[\s"'`)\]},;:]+$/.test(row))
+              rec.splits.push({kind: 'lone', text: row.trim()});
+        }
+      }
+      // Inside the explorers' frames (same origin): text size and the characters, per frame.
+      for (const frame of slide.querySelectorAll('iframe')) {
+        if (frame.closest('section') !== slide) continue;
+        let doc = null;
+        try { doc = frame.contentDocument; } catch (e) { doc = null; }
+        if (!doc || !doc.body) continue;
+        for (let k = 0; k < 50 && doc.documentElement.dataset.ready !== 'true'; k++)
+          await new Promise(r => setTimeout(r, 100));
+        const fscale = scale * (frame.getBoundingClientRect().width / scale / (frame.clientWidth || 1));
+        const fw = doc.createTreeWalker(doc.body, NodeFilter.SHOW_TEXT);
+        for (let node = fw.nextNode(); node; node = fw.nextNode()) {
+          const text = node.textContent;
+          if (!text.trim()) continue;
+          const el = node.parentElement;
+          if (!el || el.closest('script, style') || el.getClientRects().length === 0) continue;
+          const cs = doc.defaultView.getComputedStyle(el);
+          const px = parseFloat(cs.fontSize) * fscale;
+          if (rec.frame_min === null || px < rec.frame_min) rec.frame_min = px;
+          const key = cs.fontFamily;
+          const frameSet = frameChars.get(doc) || frameChars.set(doc, {}).get(doc);
+          const set = frameSet[key] || (frameSet[key] = new Set());
+          for (const ch of text) set.add(ch);
+        }
+        rec.frames += 1;
       }
       out.push(rec);
     }
   }
   R.slide(0, 0);
   // Missing glyphs: draw each character with the stack that shows it, compare with U+10FFFD.
-  const canvas = document.createElement('canvas');
+  const tofu = [];
+  const fonts = {};
+  const same = (a, b) => { for (let i = 3; i < a.length; i += 4) if (a[i] !== b[i]) return false; return true; };
+  const check = async (doc, byFont, where) => {
+  const canvas = doc.createElement('canvas');
   canvas.width = 64; canvas.height = 64;
   const ctx = canvas.getContext('2d', {willReadFrequently: true});
   const draw = (font, ch) => {
@@ -139,19 +203,21 @@ async () => {
     ctx.fillText(ch, 8, 32);
     return ctx.getImageData(0, 0, 64, 64).data;
   };
-  const same = (a, b) => { for (let i = 3; i < a.length; i += 4) if (a[i] !== b[i]) return false; return true; };
-  const tofu = [];
-  const fonts = {};
-  for (const [fam, set] of Object.entries(charsByFont)) {
+  for (const [fam, set] of Object.entries(byFont)) {
     const chars = [...set].filter(ch => !/^[\s\u200b-\u200f\u2028-\u202f\u2060\ufe0e\ufe0f\ufeff]$/u.test(ch));
     const font = '40px ' + fam;
-    try { await document.fonts.load(font, chars.join('')); } catch (e) {}
-    await document.fonts.ready;
+    try { await doc.fonts.load(font, chars.join('')); } catch (e) {}
+    await doc.fonts.ready;
     const missing = draw(font, '\u{10FFFD}');
     const bad = chars.filter(ch => same(draw(font, ch), missing));
-    fonts[fam] = chars.length;
-    for (const ch of bad) tofu.push({ch, code: 'U+' + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0'), font: fam});
+    fonts[where + fam] = chars.length;
+    for (const ch of bad)
+      if (!tofu.some(x => x.ch === ch && x.font === where + fam))
+        tofu.push({ch, code: 'U+' + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0'), font: where + fam});
   }
+  };
+  await check(document, charsByFont, '');
+  for (const [doc, byFont] of frameChars) await check(doc, byFont, 'explorer frame: ');
   return {slides: out, tofu, fonts, width: R.getConfig().width, height};
 }
 """
@@ -171,6 +237,9 @@ class SlideMetrics:
     chars: int  # visible characters on the slide (with all fragments shown)
     height: int  # content height in slide pixels (the slide is ``DeckMetrics.height`` high)
     scale: float  # reveal.js's scale in the 1280x720 window: projector px = CSS px * scale
+    splits: list[dict] = field(default_factory=list)  # code wrapped inside a word, or a row of lone punctuation
+    frames: int = 0  # explorer frames (iframes) on the slide
+    frame_min: float | None = None  # smallest text inside them, px on the window (None: no frame text)
 
 
 @dataclass
@@ -201,6 +270,19 @@ class DeckMetrics:
         return [(s, t) for s in self.slides for t in s.small]
 
     @property
+    def splits(self) -> list[tuple[SlideMetrics, dict]]:
+        return [(s, x) for s in self.slides for x in s.splits]
+
+    @property
+    def frame_min(self) -> float | None:
+        values = [s.frame_min for s in self.slides if s.frame_min is not None]
+        return min(values) if values else None
+
+    @property
+    def tallest(self) -> int:
+        return max((s.height for s in self.slides), default=0)
+
+    @property
     def tall(self) -> list[SlideMetrics]:
         return [s for s in self.slides if s.height > self.height + 1]
 
@@ -213,8 +295,9 @@ class DeckMetrics:
         fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
         return (f"{self.deck.name}: {len(self.slides)} slides, body >= {fmt(self.body_min)} px, "
                 f"code >= {fmt(self.code_min)} px, {len({(s.h, s.v) for s, _ in self.clipped})} slides "
-                f"with clipped code (worst {worst} px), {len(self.tall)} taller than the slide, "
-                f"{len(self.tofu)} missing glyphs")
+                f"with clipped code (worst {worst} px), {len(self.tall)} taller than the slide (tallest "
+                f"{self.tallest} px of {self.height}), {len(self.splits)} bad code wraps, {len(self.tofu)} missing "
+                f"glyphs" + (f", explorer text >= {fmt(self.frame_min)} px" if self.frame_min is not None else ""))
 
 
 def bare_fontconfig(folder: Path) -> dict[str, str]:
@@ -290,7 +373,8 @@ def measure_deck(context, deck: Path, remote: list[str] | None = None, *,
         page.close()
     problems += [f"remote: {u}" for u in sorted(set(remote))]
     slides = [SlideMetrics(s["h"], s["v"], s["title"], s["body_min"], s["code_min"], s["small"], s["clipped"],
-                           s["chars"], s["height"], s["scale"]) for s in raw["slides"]]
+                           s["chars"], s["height"], s["scale"], s["splits"], s["frames"], s["frame_min"])
+              for s in raw["slides"]]
     return DeckMetrics(Path(deck), slides, raw["tofu"], raw["width"], raw["height"], problems)
 
 
@@ -317,6 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("decks", nargs="+", type=Path, help="deck files or folders of decks")
     parser.add_argument("--json", type=Path, help="write every slide's numbers to this file")
     parser.add_argument("--screenshot", type=Path, help="screenshot of the densest slide (one deck only)")
+    parser.add_argument("--max-height", action="store_true",
+                        help="fail (exit 1) when a slide is taller than the slide height: the lecture cut's rule")
     parser.add_argument("--system-fonts", action="store_true",
                         help="let Chromium use every font of this machine (default: DejaVu only)")
     return parser
@@ -341,9 +427,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"   clipped by {c['px']} px on slide {s.h}/{s.v}: {c['text']!r}")
             for s, t in m.small[:3]:
                 print(f"   {t['px']} px {'code' if t['code'] else 'text'} on slide {s.h}/{s.v}: {t['text']!r}")
+            for s in m.tall[:3]:
+                print(f"   slide {s.h}/{s.v} ({s.title!r}) is {s.height} px high")
+            for s, x in m.splits[:3]:
+                print(f"   code wrapped {'inside a word' if x['kind'] == 'word' else 'to a lone row'} on slide "
+                      f"{s.h}/{s.v}: {x['text']!r}")
             if m.tofu:
                 print("   missing glyphs: " + " ".join(f"{t['ch']} ({t['code']})" for t in m.tofu[:20]))
-            failed |= bool(m.clipped or m.small or m.tofu or m.problems)
+            failed |= bool(m.clipped or m.small or m.tofu or m.problems or m.splits or (args.max_height and m.tall))
             if args.screenshot:
                 s = m.densest()
                 screenshot_slide(ctx, deck, s.h, s.v, args.screenshot)

@@ -35,6 +35,7 @@ import fnmatch
 import hashlib
 import html
 import json
+import math
 import os
 import re
 import shutil
@@ -77,6 +78,11 @@ __all__ = [
     "fetch_vendor",
     "build_deck",
     "build_decks",
+    "lecture_cut",
+    "lecture_minutes",
+    "lecture_deck_slides",
+    "LECTURE_BUDGET",
+    "LECTURE_SECONDS_PER_SLIDE",
     "remote_references",
 ]
 
@@ -187,10 +193,11 @@ html body .reveal .jp-RenderedHTMLCommon code { font-family: %(code_font)s; font
 html body .reveal pre, html body .reveal .jp-RenderedHTMLCommon pre, html body .reveal div.highlight > pre,
 html body .reveal div.jp-OutputArea-output > pre {
   font-family: %(code_font)s; font-size: %(code)spx; line-height: 1.3; width: 100%%; box-sizing: border-box;
-  margin: 0; white-space: pre-wrap; overflow-wrap: anywhere; overflow-x: hidden; }
+  margin: 0; white-space: pre-wrap; overflow-wrap: break-word; word-break: normal; overflow-x: hidden; }
 html body .reveal pre code, html body .reveal .jp-RenderedHTMLCommon pre code { font-size: inherit; }
 /* One block per source line: a wrapped line's continuation hangs 4 characters under its start. */
 html body .reveal pre .gl-line { display: block; min-height: 1.3em; }
+html body .reveal pre .gl-nb { white-space: nowrap; }
 html body .reveal .jp-InputPrompt, html body .reveal .jp-OutputPrompt { display: none; }
 html body .reveal img { max-width: 100%%; }
 """
@@ -198,7 +205,7 @@ _TEMPLATE_INDEX = """{%%- extends 'reveal/index.html.j2' -%%}
 {%%- block html_head_js_mermaidjs -%%}{%%- endblock html_head_js_mermaidjs -%%}
 {%%- block html_head_css -%%}
 <link rel="stylesheet" href="vendor/%(fonts_css)s">
-<style type="text/css">%(css)s</style>
+<style type="text/css">%(css)s%(lecture_css)s</style>
 {%%- endblock html_head_css -%%}
 {%%- block input_group -%%}
 {%%- if not cell.metadata.get('%(hide)s') -%%}{{ super() }}{%%- endif -%%}
@@ -207,6 +214,53 @@ _TEMPLATE_INDEX = """{%%- extends 'reveal/index.html.j2' -%%}
 {{ super() }}
 <script>
 require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
+  // Right arrow, space and a clicker's Page Down visit every slide, the vertical subslides included.
+  Reveal.configure({navigationMode: "linear"});
+  // An explorer is a frame: a click in it takes the keyboard focus away from the deck. Its buttons,
+  // sliders and canvas give the keys back (Page Up/Down, arrows, space, Esc, S, B); only its text box
+  // keeps them (Esc leaves it). The frame also gets the deck's fonts, for its Chinese labels.
+  var KEYS = {PageDown: "next", PageUp: "prev", ArrowRight: "next", ArrowLeft: "prev", " ": "next",
+              ArrowDown: "next", ArrowUp: "prev", Escape: "toggleOverview", b: "togglePause", ".": "togglePause"};
+  function typing(el) {
+    return el && (el.tagName === "TEXTAREA" || el.tagName === "SELECT" || el.isContentEditable ||
+                  (el.tagName === "INPUT" && !/^(range|button|radio|checkbox|submit)$/i.test(el.type)));
+  }
+  function hookFrame(frame) {
+    var doc;
+    try { doc = frame.contentDocument; } catch (e) { return; }
+    if (!doc || !doc.documentElement || doc.documentElement.dataset.glDeckKeys) { return; }
+    doc.documentElement.dataset.glDeckKeys = "1";
+    var fonts = doc.createElement("link");
+    fonts.rel = "stylesheet";
+    fonts.href = new URL("vendor/%(fonts_css)s", document.baseURI).href;
+    var stack = doc.createElement("style");
+    stack.textContent = ".gl-explorer { font-family: %(body_font_js)s, system-ui, sans-serif; }";
+    (doc.head || doc.documentElement).append(fonts, stack);
+    doc.addEventListener("keydown", function (event) {
+      var action = KEYS[event.key];
+      if (event.key === "Escape" && typing(event.target)) { event.target.blur(); window.focus(); return; }
+      if (event.key === "s" && !typing(event.target)) { action = null; window.focus();
+        var notes = Reveal.getPlugin && Reveal.getPlugin("notes"); if (notes) { notes.open(); } }
+      if (!action || typing(event.target) || event.altKey || event.ctrlKey || event.metaKey) { return; }
+      if (event.target.type === "range" && /^Arrow/.test(event.key)) { return; }
+      event.preventDefault();
+      window.focus();
+      Reveal[action]();
+    }, true);
+    // After a click on a control the focus goes back to the deck (a slider keeps it while dragged).
+    doc.addEventListener("pointerup", function (event) {
+      if (!typing(event.target)) { setTimeout(function () { window.focus(); }, 0); }
+    }, true);
+  }
+  function hookFrames() {
+    document.querySelectorAll(".reveal iframe").forEach(function (frame) {
+      hookFrame(frame);
+      frame.addEventListener("load", function () { hookFrame(frame); });
+    });
+  }
+  hookFrames();
+  Reveal.on("ready", hookFrames);
+  Reveal.on("slidechanged", function () { if (document.activeElement && document.activeElement.tagName === "IFRAME") { document.activeElement.blur(); } window.focus(); });
   function fit() {
     var slide = Reveal.getCurrentSlide();
     var height = Reveal.getConfig().height;
@@ -647,13 +701,16 @@ def _deck_notebook(nb: dict, solutions: bool, base_dir: Path) -> dict:
 
 
 _PRE_RE = re.compile(r"(<pre\b[^>]*>)(.*?)(</pre>)", re.S)
+# Spaces right before a closing quote (a string that ends in a space: "loss: ", ...) are no place to
+# wrap: the quote would stand alone on the next row.
+_NOWRAP_QUOTE_RE = re.compile(r"( +)(&quot;|&#34;|&#39;|&#x27;|\"|')(?=[)\],}:;]|&quot;|&#39;|$|\s)")
 _TAG_RE = re.compile(r"(<[^>]+>)")
 _TAG_NAME_RE = re.compile(r"<(\w+)")
 
 
 def _line_blocks(inner: str) -> str:
     """The inside of a ``<pre>`` with each source line in its own ``<span class="gl-line">``, whose
-    wrapped continuation hangs 4 characters deeper than the line's own indentation.
+    wrapped continuation hangs 4 characters deeper than the line's own indentation (of at most 24).
 
     Highlighting spans that cross a line end (a multi-line string) are closed at the end of the line
     and opened again on the next, so the HTML stays well nested.
@@ -676,13 +733,13 @@ def _line_blocks(inner: str) -> str:
                 lines[-1] += ["</" + _TAG_NAME_RE.match(t).group(1) + ">" for t in reversed(open_tags)]
                 lines.append(list(open_tags))
             if piece:
-                lines[-1].append(piece)
+                lines[-1].append(_NOWRAP_QUOTE_RE.sub(r'<span class="gl-nb">\1\2</span>', piece))
     if lines and not re.sub(r"<[^>]+>", "", "".join(lines[-1])):
         lines.pop()  # the newline before </pre>
     out = []
     for line in lines:
         text = html.unescape(re.sub(r"<[^>]+>", "", "".join(line)))
-        hang = len(text) - len(text.lstrip(" ")) + 4
+        hang = min(len(text) - len(text.lstrip(" ")), 24) + 4  # a deep indent still leaves 40+ characters a row
         out.append(f'<span class="gl-line" style="padding-left:{hang}ch;text-indent:-{hang}ch">{"".join(line)}</span>')
     return "".join(out)
 
@@ -700,7 +757,7 @@ def _deck_title(nb: dict, fallback: str) -> str:
     return fallback
 
 
-def _make_exporter(template_dir: Path):
+def _make_exporter(template_dir: Path, lecture: bool = False):
     from nbconvert import SlidesExporter  # imported here: nbconvert is slow to import
 
     (template_dir / _TEMPLATE_NAME).mkdir(parents=True, exist_ok=True)
@@ -708,7 +765,8 @@ def _make_exporter(template_dir: Path):
     css = _TEMPLATE_CSS % {"body": _BODY_PX, "code": _CODE_PX, "body_font": FONT_FAMILIES["body"],
                            "code_font": FONT_FAMILIES["code"]}
     (template_dir / _TEMPLATE_NAME / "index.html.j2").write_text(_TEMPLATE_INDEX % {
-        "fonts_css": _FONTS_CSS, "css": css, "hide": _HIDE_INPUT, "reveal": _REVEAL_PREFIX})
+        "fonts_css": _FONTS_CSS, "css": css, "hide": _HIDE_INPUT, "reveal": _REVEAL_PREFIX,
+        "lecture_css": _LECTURE_CSS if lecture else "", "body_font_js": FONT_FAMILIES["body"].replace('"', "'")})
     exporter = SlidesExporter(
         extra_template_basedirs=[str(template_dir)],
         template_name=_TEMPLATE_NAME,
@@ -725,6 +783,360 @@ def _make_exporter(template_dir: Path):
         exclude_output_prompt=True,
     )
     return exporter
+
+
+# ---------------------------------------------------------------------------------------------
+# The lecture cut: the same notebooks as slides a clicker can drive (no slide taller than the screen)
+
+# How tall the pieces of a slide are, estimated in slide pixels from the deck's own sizes (34 px body
+# text at line-height 1.3, 26 px code, 1280 px wide). The estimate is deliberately generous; the
+# browser measurement (tools.slide_metrics) is the judge, and the tests hold every lecture deck to it.
+LECTURE_SECONDS_PER_SLIDE = 30  # presenting one slide of the lecture cut (see lecture_minutes)
+LECTURE_BUDGET = 560  # estimated px of content per slide, of SLIDE_HEIGHT (720): room for the estimate's error
+_LECTURE_CODE_ROWS = 14  # rows of code (input or text output) on one slide at most
+_LECTURE_IMG_PX = 520  # images are shown at most this high (CSS) in the lecture cut
+_BODY_LINE = _BODY_PX * 1.3
+_CODE_LINE = _CODE_PX * 1.3
+_BODY_CHARS = 62  # characters of body text per line (Noto Sans at 34 px, ~1200 px of text width)
+_CODE_CHARS = 72  # characters of code per line (Noto Sans Mono at 26 px, less the hanging indent)
+_LECTURE_CSS = f"""
+html body .reveal .jp-OutputArea-output img, html body .reveal .jp-RenderedHTMLCommon img {{
+  max-height: {_LECTURE_IMG_PX}px; width: auto; max-width: 100%; object-fit: contain; }}
+"""
+_PNG_SIZE_RE = re.compile(rb"\x89PNG\r\n\x1a\n....IHDR(....)(....)", re.S)
+_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+_HEADING_RE = re.compile(r"^(#{1,6})\s")
+_LIST_ITEM_RE = re.compile(r"^(?:[-*+]|\d+\.)\s")
+
+
+def _rows(text: str, width: int) -> int:
+    """Screen lines of ``text`` wrapped at ``width`` characters (a CJK character counts as two)."""
+    rows = 0
+    for line in text.split("\n"):
+        n = sum(2 if "\u2e80" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef" else 1 for ch in line)
+        rows += max(1, -(-n // width))
+    return rows
+
+
+def _png_height(data: str, max_width: float = SLIDE_WIDTH - 40) -> float:
+    """The height a base64 PNG is shown at on a lecture slide (natural size, at most the slide's width
+    and :data:`_LECTURE_IMG_PX`)."""
+    try:
+        head = base64.b64decode(data[:64] + "=" * (-len(data[:64]) % 4))
+    except ValueError:
+        return _LECTURE_IMG_PX
+    m = _PNG_SIZE_RE.match(head)
+    if not m:
+        return _LECTURE_IMG_PX
+    w, h = int.from_bytes(m.group(1), "big"), int.from_bytes(m.group(2), "big")
+    if w <= 0 or h <= 0:
+        return _LECTURE_IMG_PX
+    return min(h * min(1.0, max_width / w), _LECTURE_IMG_PX) + 10
+
+
+def _markdown_height(block: str) -> float:
+    """Estimated height of one markdown block (a paragraph, a heading, a list, a table, a formula)."""
+    text = block.strip()
+    if not text:
+        return 0.0
+    height = 0.0
+    images = len(re.findall(r"!\[[^\]]*\]\(|<img\b", text, re.I))
+    if images:
+        height += images * (_LECTURE_IMG_PX + 10)
+        text = re.sub(r"!\[[^\]]*\]\([^)]*\)|<img\b[^>]*>", "", text, flags=re.I)
+    if re.match(r"<details\b", text, re.I):  # collapsed: only its summary shows
+        m = _SUMMARY_RE.match(text)
+        summary = re.sub(r"<[^>]+>", "", m.group(1)) if m else "details"
+        return height + _rows(summary, _BODY_CHARS) * _BODY_LINE + 16
+    m = _HEADING_RE.match(text)
+    if m:
+        scale = {1: 1.6, 2: 1.35, 3: 1.15}.get(len(m.group(1)), 1.0)
+        title = text[m.end():]
+        return height + _rows(title, int(_BODY_CHARS / scale)) * _BODY_PX * scale * 1.2 + _BODY_PX * scale * 0.4
+    if _FENCE_RE.match(text):
+        code = "\n".join(text.split("\n")[1:-1])
+        return height + _rows(code, _CODE_CHARS) * _CODE_LINE + 30
+    if "$$" in text or text.startswith("\\begin"):
+        return height + 60 * max(1, text.count("\\\\") + 1) + 30
+    if text.startswith("|"):
+        rows = [r for r in text.split("\n") if r.strip().startswith("|") and not re.match(r"^\s*\|[\s:|-]+\|\s*$", r)]
+        cells = [r.strip().strip("|").split("|") for r in rows]
+        width = max((len(c) for c in cells), default=1)
+        per = max(8, _BODY_CHARS // max(width, 1))
+        return height + sum(max(_rows(x.strip(), per) for x in c) * _BODY_LINE + 8 for c in cells) + 20
+    plain = re.sub(r"<[^>]+>|\*\*|`|\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", text)
+    plain = re.sub(r"\$[^$]*\$", "xxxxx", plain)
+    items = len(re.findall(r"^\s*(?:[-*+]|\d+\.)\s", text, re.M))
+    return height + _rows(plain, _BODY_CHARS - 2) * _BODY_LINE + 22 + items * 8
+
+
+def _markdown_blocks(source: str) -> list[str]:
+    """A markdown text cut at its blank lines, never inside a fenced code block, a ``<details>`` block,
+    an HTML block, a display formula or a table."""
+    blocks, current = [], []
+    fence = details = False
+    math = 0
+    for line in source.split("\n"):
+        if _FENCE_RE.match(line):
+            fence = not fence
+        if not fence:
+            details += len(re.findall(r"<details\b", line, re.I)) - len(re.findall(r"</details\s*>", line, re.I))
+            math = (math + line.count("$$")) % 2
+        if not line.strip() and not fence and details <= 0 and not math and current:
+            blocks.append("\n".join(current))
+            current = []
+            continue
+        current.append(line)
+    if current:
+        blocks.append("\n".join(current))
+    return [b for b in blocks if b.strip()]
+
+
+def _sentence_pieces(block: str) -> list[str]:
+    """A paragraph too tall for one slide cut between sentences into pieces that fit."""
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z*`(\[])|(?<=[。！？])", block) if s.strip()]
+    pieces: list[str] = []
+    for s in sentences:
+        joined = (pieces[-1] + (" " if not pieces[-1].endswith(("。", "！", "？")) else "") + s) if pieces else s
+        if pieces and _markdown_height(joined) <= LECTURE_BUDGET:
+            pieces[-1] = joined
+        else:
+            pieces.append(s)
+    return pieces
+
+
+def _list_items(block: str) -> list[str]:
+    """A list (items without blank lines between them) cut before each top-level item."""
+    items: list[list[str]] = []
+    for line in block.split("\n"):
+        if _LIST_ITEM_RE.match(line) or not items:
+            items.append([])
+        items[-1].append(line)
+    return ["\n".join(item) for item in items]
+
+
+def _table_pieces(block: str) -> list[str]:
+    """A markdown table too tall for one slide as several tables, each with the header row."""
+    lines = block.split("\n")
+    if len(lines) < 3 or not re.match(r"^\s*\|[\s:|-]+\|\s*$", lines[1]):
+        return [block]
+    head, body, pieces, chunk = lines[:2], lines[2:], [], []
+    for row in body:
+        if chunk and _markdown_height("\n".join(head + chunk + [row])) > LECTURE_BUDGET:
+            pieces.append("\n".join(head + chunk))
+            chunk = []
+        chunk.append(row)
+    if chunk:
+        pieces.append("\n".join(head + chunk))
+    return pieces
+
+
+def _markdown_pieces(cell: dict) -> list[tuple[dict, float]]:
+    """A markdown cell as pieces that each fit a slide, cut at paragraph boundaries; a heading stays with
+    the paragraph after it."""
+    blocks: list[tuple[str, str]] = []  # (text, what joins it to the block before it in the same piece)
+    for b in _markdown_blocks(cell["source"]):
+        if b.lstrip().startswith("|"):
+            blocks += [(x, "\n\n") for x in _table_pieces(b)]
+        elif _LIST_ITEM_RE.match(b) and _markdown_height(b) > LECTURE_BUDGET:
+            blocks += [(x, "\n\n" if i == 0 else "\n") for i, x in enumerate(_list_items(b))]  # a tight list stays tight
+        elif _markdown_height(b) > LECTURE_BUDGET and not re.match(r"\s*(<|\$\$|```|~~~|#|>)", b):
+            blocks += [(x, "\n\n") for x in _sentence_pieces(b)]
+        else:
+            blocks.append((b, "\n\n"))
+    pieces: list[tuple[str, float, bool]] = []  # (text, height, only headings so far)
+    for b, sep in blocks:
+        h = _markdown_height(b)
+        heading = bool(_HEADING_RE.match(b.strip()))
+        if pieces and (pieces[-1][1] + h <= LECTURE_BUDGET or pieces[-1][2]):
+            text, used, headings = pieces[-1]
+            pieces[-1] = (text + sep + b, used + h, headings and heading)
+        else:
+            pieces.append((b, h, heading))
+    out = []
+    for text, h, _ in pieces or [(cell["source"], 0.0, False)]:
+        piece = copy.deepcopy(cell)
+        piece["source"] = text
+        out.append((piece, h))
+    for k, (piece, _) in enumerate(out[1:], 1):
+        if "id" in piece:
+            piece["id"] = f"{piece['id']}-{k}"
+    return out
+
+
+def _output_height(out: dict) -> float:
+    kind = out.get("output_type")
+    if kind == "stream":
+        text = out.get("text", "")
+        return _rows(text.rstrip("\n"), _CODE_CHARS) * _CODE_LINE + 16
+    if kind == "error":
+        return _rows("\n".join(out.get("traceback", [])), _CODE_CHARS) * _CODE_LINE + 16
+    data = out.get("data", {})
+    if "image/png" in data:
+        return _png_height(data["image/png"])
+    if any(k.startswith("image/") for k in data):
+        return _LECTURE_IMG_PX + 10
+    if "text/html" in data:
+        page = data["text/html"] if isinstance(data["text/html"], str) else "".join(data["text/html"])
+        m = re.search(r"height:(\d+)px", page)
+        if "<iframe" in page:
+            return float(m.group(1)) if m else 640.0
+        rows = page.count("<tr")
+        if rows:
+            return rows * (_BODY_LINE + 8) + 20
+        # Other HTML (token strips, styled text): its breaks and blocks plus its wrapped text, at a
+        # generous 50 px a row (such outputs often set a large line height).
+        plain = html.unescape(re.sub(r"<[^>]+>", "", page))
+        breaks = len(re.findall(r"<br\b|<div\b|<p\b|<li\b|<h\d", page, re.I))
+        return (breaks + _rows(plain, _BODY_CHARS)) * 50.0 + 20
+    if "text/latex" in data:
+        return 90.0
+    text = data.get("text/plain", "")
+    return _rows(text if isinstance(text, str) else "".join(text), _CODE_CHARS) * _CODE_LINE + 16
+
+
+def _code_chunks(source: str) -> list[str]:
+    """Code cut into chunks of at most :data:`_LECTURE_CODE_ROWS` screen rows, at the start of a top-level
+    statement (or a blank line) where it can, else between lines."""
+    lines = source.split("\n")
+    try:
+        starts = {s.lineno - 1 for s in ast.parse(without_magics(source)).body}
+        for s in ast.parse(without_magics(source)).body:  # comments right above a statement go with it
+            i = s.lineno - 2
+            while i >= 0 and _COMMENT_LINE_RE.match(lines[i]):
+                starts.add(i)
+                starts.discard(i + 1)
+                i -= 1
+    except SyntaxError:
+        starts = set()
+    starts |= {i + 1 for i, line in enumerate(lines) if not line.strip()}
+    chunks, current, rows = [], [], 0
+    for i, line in enumerate(lines):
+        r = _rows(line, _CODE_CHARS)
+        if current and rows + r > _LECTURE_CODE_ROWS:
+            cut = max((j for j in range(1, len(current)) if (i - len(current) + j) in starts), default=None)
+            if cut is None or cut < len(current) // 3:
+                cut = len(current)
+            chunks.append(current[:cut])
+            current = current[cut:]
+            rows = sum(_rows(x, _CODE_CHARS) for x in current)
+        current.append(line)
+        rows += r
+    if current:
+        chunks.append(current)
+    return ["\n".join(c).strip("\n") for c in chunks if "\n".join(c).strip()]
+
+
+def _stream_chunks(out: dict) -> list[dict]:
+    """A long text output as several outputs of at most :data:`_LECTURE_CODE_ROWS` screen rows."""
+    lines = out.get("text", "").rstrip("\n").split("\n")
+    chunks, current, rows = [], [], 0
+    for line in lines:
+        r = _rows(line, _CODE_CHARS)
+        if current and rows + r > _LECTURE_CODE_ROWS:
+            chunks.append(current)
+            current, rows = [], 0
+        current.append(line)
+        rows += r
+    if current:
+        chunks.append(current)
+    return [{**copy.deepcopy(out), "text": "\n".join(c) + "\n"} for c in chunks]
+
+
+def _code_pieces(cell: dict) -> list[tuple[dict, float]]:
+    """A code cell as pieces that each fit a slide: its input cut into chunks, then its outputs (a long
+    text output cut into chunks too); a piece that only continues an output shows no input."""
+    hidden = bool(cell["metadata"].get(_HIDE_INPUT))
+    chunks = [] if hidden else _code_chunks(cell["source"])
+    pieces: list[tuple[dict, float]] = []
+
+    def new(source: str, outputs: list[dict], h: float) -> None:
+        piece = copy.deepcopy({**cell, "outputs": []})
+        piece["source"], piece["outputs"] = source, outputs
+        if not source.strip():
+            piece["metadata"][_HIDE_INPUT] = True
+        if pieces and "id" in piece:
+            piece["id"] = f"{piece['id']}-{len(pieces)}"
+        pieces.append((piece, h))
+
+    for chunk in chunks:
+        new(chunk, [], _rows(chunk, _CODE_CHARS) * _CODE_LINE + 30)
+    outputs = []
+    for out in cell.get("outputs", []):
+        outputs += _stream_chunks(out) if out.get("output_type") == "stream" else [out]
+    for out in outputs:
+        h = _output_height(out)
+        data = out.get("data", {})
+        page = data.get("text/html")
+        if h > SLIDE_HEIGHT - 60 and isinstance(page, str) and "<iframe" not in page:
+            # One HTML output taller than the screen (a long token strip) cannot be cut: it is shown smaller.
+            zoom = max(0.6, round((SLIDE_HEIGHT - 80) / h, 2))
+            out = copy.deepcopy(out)
+            out["data"]["text/html"] = f'<div class="gl-fit" style="zoom:{zoom}">{page}</div>'
+            h *= zoom
+        if pieces and pieces[-1][1] + h <= LECTURE_BUDGET:
+            piece, used = pieces[-1]
+            piece["outputs"].append(out)
+            pieces[-1] = (piece, used + h)
+        else:
+            new("", [out], h)
+    if not pieces:
+        new(cell["source"] if not hidden else "", [], 0.0)
+    return pieces
+
+
+def lecture_deck_slides(notebook: str | os.PathLike) -> int:
+    """Slides and subslides of a notebook's lecture deck (teacher's version), without building it."""
+    path = Path(notebook)
+    nb = nbformat.read(path, as_version=4)
+    return count_slides(lecture_cut(_deck_notebook(nb, True, path.parent)))[1]
+
+
+def lecture_minutes(slides: int, seconds_per_slide: float = LECTURE_SECONDS_PER_SLIDE) -> int:
+    """Minutes to present a lecture deck of ``slides`` slides and subslides, rounded up to 5 minutes.
+
+    The rule of docs/teaching.md §1: 30 s per slide of the lecture cut (a piece of at most 560 px:
+    one idea, one code chunk or one output). On the three decks of lecture 1 (00, 01, 02: 138 slides)
+    it gives 69 minutes, inside the 40-70 minutes a reviewer measured presenting them (issue 29)."""
+    if not isinstance(slides, int) or slides < 1:
+        raise ValueError(f"slides={slides!r} must be a positive number of slides")
+    if seconds_per_slide <= 0:
+        raise ValueError(f"seconds_per_slide={seconds_per_slide!r} must be positive")
+    return 5 * math.ceil(slides * seconds_per_slide / 60 / 5)
+
+
+def lecture_cut(nb: dict, budget: float = LECTURE_BUDGET) -> dict:
+    """The lecture cut of a deck's notebook: every slide that would be taller than the screen split into
+    vertical subslides at cell and paragraph boundaries (long code and long outputs cut into chunks, a
+    long table into tables with the same header), so that a clicker reaches everything and nothing
+    scrolls. Speaker notes stay with the piece they follow; skipped cells stay skipped."""
+    if budget <= 0:
+        raise ValueError(f"budget={budget!r} must be a positive height in pixels")
+    out = copy.deepcopy(nb)
+    cells, used, started = [], 0.0, False
+    for cell in out["cells"]:
+        kind = _slide_type(cell)
+        if kind in ("skip", "notes"):
+            cells.append(cell)
+            continue
+        if cell["cell_type"] == "markdown":
+            pieces = _markdown_pieces(cell)
+        elif cell["cell_type"] == "code":
+            pieces = _code_pieces(cell)
+        else:
+            pieces = [(cell, _markdown_height(cell.get("source", "")))]
+        for k, (piece, h) in enumerate(pieces):
+            piece_kind = kind if k == 0 else "-"
+            if piece_kind in ("slide", "subslide") or not started:
+                used = 0.0
+            elif used > 0 and used + h > budget:
+                piece_kind, used = "subslide", 0.0
+            started = True
+            piece.setdefault("metadata", {})["slideshow"] = {"slide_type": piece_kind}
+            used += h
+            cells.append(piece)
+    out["cells"] = cells
+    return out
 
 
 # The offline check. A page is parsed (html.parser), not searched: every attribute that makes a
@@ -936,21 +1348,28 @@ def _link_decks(page: str, deck_names: set[str]) -> str:
 
 
 def build_deck(notebook: str | os.PathLike, out_dir: str | os.PathLike, exporter=None, *,
-               solutions: bool = True, deck_names: set[str] | None = None) -> Deck:
-    """Build one deck ``out_dir/<notebook stem>.html``; the vendor files must be in ``out_dir/vendor``."""
+               solutions: bool = True, deck_names: set[str] | None = None, lecture: bool = False) -> Deck:
+    """Build one deck ``out_dir/<notebook stem>.html``; the vendor files must be in ``out_dir/vendor``.
+
+    ``lecture``: the lecture cut (:func:`lecture_cut`); an ``exporter`` passed in must have been made
+    for the same mode."""
     nb_path = Path(notebook)
     out = Path(out_dir)
     nb = nbformat.read(nb_path, as_version=4)
-    horizontal, total = count_slides(nb)
+    count_slides(nb)  # checks the slide types
     try:
-        shown = nbformat.from_dict(_deck_notebook(nb, solutions, nb_path.parent))
+        deck_nb = _deck_notebook(nb, solutions, nb_path.parent)
     except OutsideLessonError as e:
         raise OutsideLessonError(f"{nb_path.name}: {e}") from None
+    if lecture:
+        deck_nb = lecture_cut(deck_nb)
+    horizontal, total = count_slides(deck_nb)
+    shown = nbformat.from_dict(deck_nb)
     own_exporter = exporter is None
     tmp = tempfile.TemporaryDirectory(prefix="gpt_lesson_tpl_") if own_exporter else None
     try:
         if own_exporter:
-            exporter = _make_exporter(Path(tmp.name))  # type: ignore[union-attr]
+            exporter = _make_exporter(Path(tmp.name), lecture)  # type: ignore[union-attr]
         title = _deck_title(nb, nb_path.stem)
         resources = {"metadata": {"name": title, "path": str(nb_path.parent)}}
         body, _ = exporter.from_notebook_node(shown, resources=resources)
@@ -999,7 +1418,8 @@ subslides, <kbd>Esc</kbd> overview, <kbd>S</kbd> speaker view with notes, <kbd>F
 
 
 def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions: bool = True,
-                timeout: float = 300.0, index_notebooks: list[Path] | None = None) -> list[Deck]:
+                timeout: float = 300.0, index_notebooks: list[Path] | None = None,
+                lecture: bool = False) -> list[Deck]:
     """Build a deck per notebook, the shared ``vendor/`` folder and ``index.html`` in ``out_dir``.
 
     ``index_notebooks`` (default: ``notebooks``) are the lessons the index lists when their deck
@@ -1018,14 +1438,15 @@ def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions:
     names = {p.stem for p in [*listed, *notebooks]}
     decks = []
     with tempfile.TemporaryDirectory(prefix="gpt_lesson_tpl_") as tmp:
-        exporter = _make_exporter(Path(tmp))
+        exporter = _make_exporter(Path(tmp), lecture)
         for path in notebooks:
-            decks.append(build_deck(path, out, exporter, solutions=solutions, deck_names=names))
+            decks.append(build_deck(path, out, exporter, solutions=solutions, deck_names=names, lecture=lecture))
     built = {d.notebook.stem: d for d in decks}
     for path in listed:
         if path.stem not in built and (out / f"{path.stem}.html").is_file():
             nb = nbformat.read(path, as_version=4)
-            built[path.stem] = Deck(path, out / f"{path.stem}.html", _deck_title(nb, path.stem), *count_slides(nb))
+            shown = lecture_cut(_deck_notebook(nb, solutions, path.parent)) if lecture else nb
+            built[path.stem] = Deck(path, out / f"{path.stem}.html", _deck_title(nb, path.stem), *count_slides(shown))
     rows = "\n".join(
         f'<tr><td><a href="{html.escape(d.html.name)}">{html.escape(d.title)}</a></td>'
         f'<td class="n">{d.horizontal}</td><td class="n">{d.total}</td>'
@@ -1033,7 +1454,8 @@ def build_decks(notebooks: list[Path], out_dir: str | os.PathLike, *, solutions:
         for d in sorted(built.values(), key=lambda d: d.notebook.name)
     )
     note = "shown (teacher's version)" if solutions else "removed (student version)"
-    (out / "index.html").write_text(_INDEX.format(rows=rows, solutions=f"Last build: solutions {note}."),
+    cut = "the lecture cut (no slide taller than the screen)" if lecture else "the notebook pages"
+    (out / "index.html").write_text(_INDEX.format(rows=rows, solutions=f"Last build: {cut}, solutions {note}."),
                                     encoding="utf-8")
     return decks
 
@@ -1050,6 +1472,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strip-solutions", action="store_true",
                         help="student decks: leave the answers (<details> solution, answer and model answer blocks) "
                              "and the speaker notes out")
+    parser.add_argument("--lecture", action="store_true",
+                        help="the lecture cut: every slide taller than the 1280x720 screen split into subslides "
+                             "(long code, outputs and tables in chunks), for a clicker")
     parser.add_argument("--student-copies", type=Path, metavar="DIR",
                         help="instead of decks, write the notebooks without answers and speaker notes to DIR")
     return parser
@@ -1066,12 +1491,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     try:
-        decks = build_decks(notebooks, args.out, solutions=not args.strip_solutions, index_notebooks=all_notebooks)
+        decks = build_decks(notebooks, args.out, solutions=not args.strip_solutions, index_notebooks=all_notebooks,
+                            lecture=args.lecture)
     except (VendorError, NotOfflineError, OutsideLessonError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for d in decks:
-        print(f"{d.html}  {d.horizontal:3d} slides, {d.total:3d} with subslides  ({d.title})")
+        minutes = f", {lecture_minutes(d.total)} min at {LECTURE_SECONDS_PER_SLIDE} s a slide" if args.lecture else ""
+        print(f"{d.html}  {d.horizontal:3d} slides, {d.total:3d} with subslides{minutes}  ({d.title})")
     print(f"{len(decks)} decks and {args.out / 'index.html'} in {time.perf_counter() - start:.1f} s")
     return 0
 

@@ -1,0 +1,207 @@
+"""The lecture cut (tools.slides --lecture) and what tools/slide_metrics.py measures in it.
+
+Without a browser: how the cut splits a slide (cell, paragraph, list item, sentence, code chunk, output
+chunk, table rows), that speaker notes stay with their piece, the rule for lecture minutes, and the
+code-wrapping markup. In Chromium (``browser``): the lecture decks of a representative subset of the
+lessons (02 and 05 with explorers, 10 the longest Part II lesson, 13 with its token strips, zh/03 for
+the Chinese edition) have no slide taller than the 1280x720 screen and no code wrapped inside a word;
+the right arrow visits every slide; and a click in an explorer leaves the keys to the deck.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from tools import slides
+from tools.slide_metrics import CHROMIUM, measure_deck, open_browser
+from tools.slides import _line_blocks, count_slides, lecture_cut, lecture_minutes
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cell(cell, kind: str):
+    cell.metadata["slideshow"] = {"slide_type": kind}
+    return cell
+
+
+def _types(nb) -> list[str]:
+    return [c["metadata"]["slideshow"]["slide_type"] for c in nb["cells"]]
+
+
+def test_a_short_slide_is_left_as_it_is():
+    nb = new_notebook(cells=[_cell(new_markdown_cell("# Title\n\nOne line."), "slide"),
+                             _cell(new_code_cell("x = 1", outputs=[new_output("stream", text="1\n")]), "-")])
+    cut = lecture_cut(nb)
+    assert _types(cut) == ["slide", "-"] and count_slides(cut) == (1, 1)
+    assert cut["cells"][0]["source"] == "# Title\n\nOne line."
+
+
+def test_a_tall_slide_becomes_subslides_at_paragraphs_with_the_notes_kept_in_place():
+    paragraphs = [f"Paragraph {i}: " + "word " * 60 for i in range(6)]
+    nb = new_notebook(cells=[
+        _cell(new_markdown_cell("## A long section\n\n" + "\n\n".join(paragraphs)), "slide"),
+        _cell(new_markdown_cell("Say this about the last paragraph."), "notes"),
+        _cell(new_markdown_cell("Next section"), "slide"),
+    ])
+    cut = lecture_cut(nb)
+    kinds = _types(cut)
+    assert kinds[0] == "slide" and kinds.count("subslide") >= 2 and kinds[-1] == "slide"
+    pieces = [c["source"] for c in cut["cells"] if c["metadata"]["slideshow"]["slide_type"] in ("slide", "subslide", "-")][:-1]
+    assert "\n\n".join(pieces) == nb.cells[0].source  # nothing lost, nothing reordered, cut between paragraphs
+    assert pieces[0].startswith("## A long section\n\nParagraph 0")  # the heading stays with its paragraph
+    assert kinds[-2] == "notes" and "Paragraph 5" in cut["cells"][-3]["source"]
+    assert len({c["id"] for c in cut["cells"]}) == len(cut["cells"])  # each piece has its own cell id
+
+
+def test_long_code_and_long_output_are_cut_into_chunks():
+    code = "\n".join(f"value_{i} = {i} * 2" for i in range(40))
+    text = "".join(f"line {i}\n" for i in range(40))
+    nb = new_notebook(cells=[_cell(new_code_cell(code, outputs=[new_output("stream", text=text)]), "slide")])
+    cut = lecture_cut(nb)
+    shown = [c["source"] for c in cut["cells"] if not c["metadata"].get(slides._HIDE_INPUT)]
+    assert "\n".join(shown) == code and all(len(s.split("\n")) <= slides._LECTURE_CODE_ROWS for s in shown)
+    out = "".join(o["text"] for c in cut["cells"] for o in c["outputs"])
+    assert out == text
+    assert all(len(o["text"].splitlines()) <= slides._LECTURE_CODE_ROWS for c in cut["cells"] for o in c["outputs"])
+    assert _types(cut)[0] == "slide" and set(_types(cut)[1:]) == {"subslide"}
+
+
+def test_code_is_cut_between_statements_not_inside_one():
+    body = "\n".join(f"    total += {i}" for i in range(10))
+    code = f"def first():\n    total = 0\n{body}\n    return total\n\n\ndef second():\n{body}\n    return 1"
+    cut = lecture_cut(new_notebook(cells=[_cell(new_code_cell(code), "slide")]))
+    chunks = [c["source"] for c in cut["cells"]]
+    assert len(chunks) == 2 and chunks[1].startswith("def second():")
+
+
+def test_a_long_list_and_a_long_table_are_cut_by_items_and_rows():
+    items = "\n".join(f"- item {i}: " + "text " * 15 for i in range(12))
+    rows = "\n".join(f"| {i} | " + "cell " * 5 + "|" for i in range(30))
+    nb = new_notebook(cells=[_cell(new_markdown_cell(items), "slide"),
+                             _cell(new_markdown_cell("| n | what |\n|---|---|\n" + rows), "slide")])
+    cut = lecture_cut(nb)
+    lists = [c["source"] for c in cut["cells"] if c["source"].startswith("- ")]
+    tables = [c["source"] for c in cut["cells"] if c["source"].startswith("|")]
+    assert len(lists) > 1 and "\n".join(lists) == items
+    assert len(tables) > 1 and all(t.startswith("| n | what |\n|---|---|\n") for t in tables)
+    assert [int(r) for t in tables for r in re.findall(r"^\| (\d+) \|", t, re.M)] == list(range(30))
+
+
+def test_lecture_cut_and_minutes_reject_bad_values():
+    with pytest.raises(ValueError, match=r"budget=0 must be a positive height"):
+        lecture_cut(new_notebook(cells=[]), budget=0)
+    with pytest.raises(ValueError, match=r"slides=0 must be a positive number of slides"):
+        lecture_minutes(0)
+    with pytest.raises(ValueError, match=r"seconds_per_slide=-1 must be positive"):
+        lecture_minutes(10, seconds_per_slide=-1)
+    assert [lecture_minutes(n) for n in (1, 10, 11, 48, 167)] == [5, 5, 10, 25, 85]
+
+
+def test_no_wrap_before_a_closing_quote():
+    line = 'print(f"loss {x:.2f}, "'
+    out = _line_blocks(line.replace('"', "&quot;"))
+    assert '<span class="gl-nb"> &quot;</span>' in out  # the space before the closing quote does not break
+    assert out.count("gl-nb") == 1  # the opening quote (followed by text) keeps its break opportunity
+
+
+# --------------------------------------------------------------------------------------------
+# In Chromium
+
+SUBSET = [("en", "02_attention"), ("en", "05_multi_head_attention"), ("en", "10_generation_and_kv_cache"),
+          ("en", "13_subword_tokens"), ("zh", "03_causal_mask")]
+
+
+@pytest.fixture(scope="module")
+def lecture_decks(tmp_path_factory):
+    if shutil.which("npm") is None:
+        pytest.fail("npm is needed to build the slides: apt-get install -y npm")
+    out = tmp_path_factory.mktemp("lecture")
+    decks = {}
+    for lang in ("en", "zh"):
+        folder = REPO / "notebooks" / ("zh" if lang == "zh" else "")
+        names = [name for edition, name in SUBSET if edition == lang]
+        for d in slides.build_decks([folder / f"{n}.ipynb" for n in names], out / lang, lecture=True):
+            decks[(lang, d.notebook.stem)] = d
+    return decks
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        if os.environ.get("GPT_LESSON_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
+        pytest.skip(f"{CHROMIUM} is missing")
+    with open_browser() as (ctx, remote):
+        yield ctx, remote
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("lang,name", SUBSET)
+def test_lecture_deck_fits_the_screen(lecture_decks, browser, lang, name):
+    """No slide of the lecture cut is taller than the 720 px slide; no code is cut off, wrapped inside a
+    word or down to a lone quote; no missing glyph (explorer frames included); text stays at least 24 px
+    (the token strip that had to be shrunk) and code 24 px."""
+    ctx, remote = browser
+    deck = lecture_decks[(lang, name)]
+    m = measure_deck(ctx, deck.html, remote)
+    print("\n" + m.summary())
+    assert len(m.slides) == deck.total and m.height == 720
+    assert [(s.h, s.v, s.height) for s in m.tall] == []
+    assert m.tallest <= 720
+    assert [(s.h, s.v, x) for s, x in m.splits] == [] and m.clipped == [] and m.tofu == [] and m.problems == []
+    assert m.body_min >= 24 and m.code_min >= 24
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_right_arrow_visits_every_slide_and_explorers_give_the_keys_back(lecture_decks, browser):
+    ctx, remote = browser
+    deck = lecture_decks[("en", "02_attention")]
+    page = ctx.new_page()
+    try:
+        page.goto(deck.html.as_uri())
+        page.wait_for_function("() => window.require && require.defined('vendor/reveal.js/dist/reveal.js')"
+                               " && (window.Reveal = require('vendor/reveal.js/dist/reveal.js')).isReady()",
+                               timeout=60_000)
+        page.evaluate("() => Reveal.configure({transition: 'none'})")
+        seen = set()
+        for _ in range(deck.total * 3):
+            i = page.evaluate("() => Reveal.getIndices()")
+            seen.add((i["h"], i["v"]))
+            if page.evaluate("() => Reveal.isLastSlide() && !Reveal.availableFragments().next"):
+                break
+            page.keyboard.press("ArrowRight")
+        assert len(seen) == deck.total  # the vertical subslides too (deck 02 used to show 7 of 19)
+        # The explorer: go to its slide, click a button inside its frame, then the keys move the deck.
+        where = page.evaluate("""() => { const f = document.querySelector('iframe.gpt-lesson-explorer-view');
+            const i = Reveal.getIndices(f.closest('section')); Reveal.slide(i.h, i.v); return [i.h, i.v]; }""")
+        frame = page.frame_locator("iframe.gpt-lesson-explorer-view").first
+        frame.locator(".gl-btn").first.click()
+        assert page.evaluate("() => document.activeElement.tagName") == "BODY"  # the deck has the keys again
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(200)
+        after = page.evaluate("() => [Reveal.getIndices().h, Reveal.getIndices().v]")
+        assert after != where
+        # Even with the focus left inside the frame (keyboard use), Page Down moves the deck.
+        page.evaluate("([h, v]) => Reveal.slide(h, v)", where)
+        frame.locator(".gl-btn").first.focus()
+        frame.locator(".gl-btn").first.press("PageDown")
+        page.wait_for_timeout(200)
+        assert page.evaluate("() => [Reveal.getIndices().h, Reveal.getIndices().v]") != where
+    finally:
+        page.close()
+
+
+def test_the_lecture_option_is_in_the_cli_and_the_guide():
+    args = slides.build_parser().parse_args(["--lecture", "--out", "lecture/"])
+    assert args.lecture and args.out == Path("lecture/")
+    guide = (REPO / "docs" / "teaching.md").read_text(encoding="utf-8")
+    assert re.search(r"`python -m tools\.slides --lecture[^`]*`", guide)
+    assert nbformat  # the notebooks above are nbformat's
