@@ -14,9 +14,9 @@ from nbformat.v4 import new_code_cell, new_notebook
 from tools import hub_load
 
 
-def _notebook(tmp_path, code: str, name: str = "tiny.ipynb"):
+def _notebook(tmp_path, code: str | list[str], name: str = "tiny.ipynb"):
     path = tmp_path / name
-    nb = new_notebook(cells=[new_code_cell(code)])
+    nb = new_notebook(cells=[new_code_cell(c) for c in ([code] if isinstance(code, str) else code)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
     return path
@@ -36,6 +36,12 @@ def test_two_kernels_report_cpu_memory_and_threads(tmp_path, capsys):
     assert out["threads"] == 1 and [r["kernels"] for r in out["runs"]] == [1]
     assert "load_after" in out["runs"][0]
     assert "1 kernels: all done in" in capsys.readouterr().out
+    # the same numbers as a Markdown table
+    assert hub_load.main(["--table", str(tmp_path / "out.json")]) == 0
+    header, rule, row = capsys.readouterr().out.strip().splitlines()
+    report = out["runs"][0]["reports"][0]
+    assert header.startswith("| Notebook | Kernels | Peak, kernel + children") and rule.startswith("|---|")
+    assert row.startswith("| tiny | 1 | ") and f"{report['peak_tree_mb']:,.0f} MB" in row, row
 
 
 # A child process holds 200 MB (pages written, so resident) for 1.5 s while the kernel itself stays small.
@@ -45,9 +51,11 @@ CHILD = ("import subprocess, sys\n"
 
 
 def test_a_child_process_memory_and_cpu_are_counted(tmp_path):
-    report = hub_load.run_one(_notebook(tmp_path, CHILD), threads=1, interval=0.05)
+    report = hub_load.run_one(_notebook(tmp_path, ["x = 1", CHILD, "y = 2"]), threads=1, interval=0.05)
     assert report["kernel_hwm_mb"] < 190, report  # the kernel alone never held the 200 MB
     assert report["peak_tree_mb"] >= report["kernel_hwm_mb"] + 190, report  # the child's 200 MB are in the sum
+    # the peak is named in the cell that started the child (cell 1), not in the cells around it
+    assert report["peak_cell"] == 1 and report["cell_peaks_mb"][1] >= report["cell_peaks_mb"][2] + 190, report
 
 
 def test_a_grandchild_still_alive_is_in_the_tree(tmp_path):
@@ -106,3 +114,18 @@ def test_the_sampler_sees_memory_that_comes_and_goes():
     finally:
         proc.kill()
     assert peak >= 100 and sampler.samples >= 10
+
+
+def test_the_idle_server_is_measured(tmp_path, capsys):
+    out = tmp_path / "server.json"
+    assert hub_load.main(["--server", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    # a Python process with jupyter_server and JupyterLab's extensions imported: tens of MB at least
+    assert 40 < report["server_rss_mb"] < 1000 and report["processes"] >= 1, report
+    assert "an idle jupyter lab server:" in capsys.readouterr().out
+
+
+def test_no_notebook_and_no_server_is_an_error(capsys):
+    with pytest.raises(SystemExit):
+        hub_load.main([])
+    assert "name at least one notebook (or --server)" in capsys.readouterr().err

@@ -14,7 +14,9 @@ JupyterHub user's server would), runs the lesson top to bottom with nbclient, an
 - ``kernel_hwm_mb``: the kernel process's own peak (Linux ``VmHWM``, exact, not sampled);
 - ``cpu_s``: CPU seconds (user + system) of the kernel, its waited-for children, and every process of
   its tree still alive at the end;
-- ``wall_s``: the notebook's run time.
+- ``wall_s``: the notebook's run time;
+- ``peak_cell``: the index of the cell during which the tree's peak was sampled, and ``cell_peaks_mb``
+  the largest sum sampled during each cell (the memory a cell leaves behind shows in the later ones too).
 
 The kernels get ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = ``--threads`` (what a hub should set per user);
 ``--cpus 0`` pins every kernel (and its children) to those cores, like ``taskset -c 0``, to see what a
@@ -115,6 +117,8 @@ class TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.interval = pid, interval
         self.peak_mb, self.samples = 0.0, 0
+        self.cell: int | None = None  # the cell running now (set by the notebook client's hook)
+        self.cell_peaks: dict[int, float] = {}  # the largest sum seen while each cell ran
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -123,8 +127,14 @@ class TreeSampler(threading.Thread):
             self._stop_event.wait(self.interval)
 
     def sample(self) -> None:
-        self.peak_mb = max(self.peak_mb, tree_rss_mb(self.pid))
+        mb, cell = tree_rss_mb(self.pid), self.cell
+        self.peak_mb = max(self.peak_mb, mb)
+        if cell is not None:
+            self.cell_peaks[cell] = max(self.cell_peaks.get(cell, 0.0), mb)
         self.samples += 1
+
+    def on_cell_start(self, cell, cell_index: int) -> None:
+        self.cell = cell_index
 
     def stop(self) -> float:
         self._stop_event.set()
@@ -145,9 +155,9 @@ def run_one(notebook: Path, threads: int, timeout: float = 1200.0, interval: flo
     km.start_kernel(env=env, cwd=str(notebook.parent))
     try:
         pid = km.provisioner.process.pid  # type: ignore[union-attr]
-        client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False, resources={
-            "metadata": {"path": str(notebook.parent)}})
         sampler = TreeSampler(pid, interval)
+        client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False, resources={
+            "metadata": {"path": str(notebook.parent)}}, on_cell_start=sampler.on_cell_start)
         sampler.start()
         start = time.perf_counter()
         try:
@@ -161,7 +171,8 @@ def run_one(notebook: Path, threads: int, timeout: float = 1200.0, interval: flo
         km.shutdown_kernel(now=True)
     return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_tree_mb": round(max(tree_peak, rss), 1),
             "kernel_hwm_mb": round(rss, 1), "end_tree_mb": round(end_mb, 1), "interval_s": interval,
-            "samples": sampler.samples}
+            "samples": sampler.samples, "peak_cell": max(sampler.cell_peaks, key=sampler.cell_peaks.get, default=None),
+            "cell_peaks_mb": {i: round(mb, 1) for i, mb in sorted(sampler.cell_peaks.items())}}
 
 
 def run_many(notebook: Path, n: int, threads: int, interval: float = 0.05,
@@ -182,15 +193,76 @@ def run_many(notebook: Path, n: int, threads: int, interval: float = 0.05,
     return reports
 
 
+def server_rss_mb(port: int = 18765, settle: float = 5.0, timeout: float = 60.0) -> dict:
+    """The resident memory of an idle Jupyter server (``jupyter lab``, no kernel), a hub user's share besides kernels.
+
+    Starts ``jupyter lab`` on ``port`` (localhost, no browser), loads the page and the APIs JupyterLab's
+    start asks for (so the extensions are imported), waits ``settle`` seconds and sums the RSS of the
+    server's process tree. A hub's single-user server is this process (``jupyterhub-singleuser``).
+    """
+    import tempfile
+    import urllib.request
+
+    with tempfile.TemporaryDirectory() as home:
+        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.port_retries=0",
+               "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=", f"--ServerApp.root_dir={REPO_ROOT}"]
+        if os.geteuid() == 0:
+            cmd.append("--allow-root")  # e.g. in a container; a hub's user servers are not root
+        env = {**os.environ, "JUPYTER_RUNTIME_DIR": home}
+        log = Path(home) / "server.log"
+        with log.open("wb") as out:
+            server = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline, answered = time.time() + timeout, False
+            while not answered:
+                try:
+                    for url in ("/lab", "/api/kernelspecs", "/api/contents/notebooks", "/lab/api/settings"):
+                        urllib.request.urlopen(f"http://127.0.0.1:{port}{url}", timeout=10).read()
+                    answered = True
+                except OSError:
+                    if server.poll() is not None or time.time() > deadline:
+                        break
+                    time.sleep(0.5)
+            if not answered:
+                raise RuntimeError(f"jupyter lab did not answer on port {port}: {log.read_text()[-2000:]}")
+            time.sleep(settle)
+            return {"server_rss_mb": round(tree_rss_mb(server.pid), 1), "server_hwm_mb": round(_peak_rss_mb(server.pid), 1),
+                    "processes": len(process_tree(server.pid))}
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def markdown_rows(results: list[dict] | dict) -> list[str]:
+    """Table rows (Markdown) of ``--json`` results: one per notebook and number of kernels."""
+    rows = []
+    for result in [results] if isinstance(results, dict) else results:
+        name = Path(result["notebook"])
+        label = f"{'zh/' if name.parent.name == 'zh' else ''}{name.stem}"
+        for run in result["runs"]:
+            reports = run["reports"]
+            tree, hwm = max(r["peak_tree_mb"] for r in reports), max(r["kernel_hwm_mb"] for r in reports)
+            end = max(r["end_tree_mb"] for r in reports)
+            cpu = sum(r["cpu_s"] for r in reports) / len(reports)
+            walls = sorted(r["wall_s"] for r in reports)
+            wall = f"{walls[0]:.0f}" if len(walls) == 1 else f"{walls[0]:.0f}-{walls[-1]:.0f}"
+            rows.append(f"| {label} | {run['kernels']} | {tree:,.0f} MB | {hwm:,.0f} MB | {end:,.0f} MB | "
+                        f"{reports[0].get('peak_cell') if reports[0].get('peak_cell') is not None else '-'} | {cpu:.1f} s | {wall} s | {run['load_before']:.1f} |")
+    return rows
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.hub_load", description=__doc__.split("\n\n")[0])
-    parser.add_argument("notebooks", type=Path, nargs="+")
+    parser.add_argument("notebooks", type=Path, nargs="*")
+    parser.add_argument("--server", action="store_true", help="measure an idle Jupyter server's memory instead")
     parser.add_argument("--kernels", type=int, nargs="+", default=[1, 2, 4], help="numbers of concurrent kernels")
     parser.add_argument("--threads", type=int, default=1, help="OMP/MKL threads per kernel (default: 1)")
     parser.add_argument("--interval", type=float, default=0.05,
                         help="seconds between two samples of the process tree's memory (default: 0.05)")
     parser.add_argument("--cpus", type=int, nargs="+", help="pin the kernels to these cores (like taskset -c)")
     parser.add_argument("--json", type=Path, help="write the raw numbers here (rewritten after each notebook)")
+    parser.add_argument("--table", type=Path, nargs="+", metavar="JSON",
+                        help="print the Markdown rows of earlier --json results instead of measuring")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser
 
@@ -198,6 +270,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.table:
+        print("| Notebook | Kernels | Peak, kernel + children | Kernel alone (VmHWM) | Held at the end | Peak cell "
+              "| CPU per kernel | Wall per kernel | Load before |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for path in args.table:
+            print("\n".join(markdown_rows(json.loads(path.read_text()))))
+        return 0
+    if args.server:
+        report = server_rss_mb()
+        print(f"an idle jupyter lab server: {report['server_rss_mb']:.0f} MB resident "
+              f"({report['processes']} process(es), peak {report['server_hwm_mb']:.0f} MB)")
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1))
+        return 0
+    if not args.notebooks:
+        parser.error("name at least one notebook (or --server)")
     for notebook in args.notebooks:
         if not notebook.is_file():
             parser.error(f"{notebook} does not exist")
