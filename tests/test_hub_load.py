@@ -129,3 +129,23 @@ def test_no_notebook_and_no_server_is_an_error(capsys):
     with pytest.raises(SystemExit):
         hub_load.main([])
     assert "name at least one notebook (or --server)" in capsys.readouterr().err
+
+
+def test_the_guide_sizes_the_hub_from_the_measurements():
+    # docs/teaching.md section 8 advises a mem_limit; every lesson measured in benchmarks/results/hub_load/
+    # must fit under it with the Jupyter server's share, and every row of the guide's table is in the results.
+    import re
+    from pathlib import Path
+
+    root = Path(hub_load.REPO_ROOT)
+    guide = (root / "docs" / "teaching.md").read_text()
+    limits = set(re.findall(r'c\.Spawner\.mem_limit = "([0-9.]+)G"', guide))
+    assert len(limits) == 1, limits  # the advice and the config snippet say the same
+    limit_mb = float(limits.pop()) * 1024
+    server = json.loads((root / "benchmarks/results/hub_load/server.json").read_text())["server_rss_mb"]
+    results = json.loads((root / "benchmarks/results/hub_load/en.json").read_text())
+    for result in results:
+        peak = result["runs"][0]["reports"][0]["peak_tree_mb"]
+        assert peak + server <= limit_mb, (result["notebook"], peak, server, limit_mb)
+    for row in hub_load.markdown_rows(results):
+        assert row in guide, row
