@@ -389,7 +389,13 @@ def test_nbgrader_raises_no_alarm(graded):
     """Issue 29: no "Attribute 'checksum' for cell ... has changed!" (the test cells are the same in both versions)
     and no "cannot be converted to a float" (no graded cell leaves a value nbgrader reads as a partial score)."""
     log = graded["log"]
-    assert "has changed" not in log and "cannot be converted" not in log and "WARNING" not in log, log[-4000:]
+    assert "has changed" not in log, [line for line in log.splitlines() if "has changed" in line][:3]
+    assert "cannot be converted" not in log
+    # What else nbgrader and its kernels warn about has nothing to do with the cells: the kernel's TCP
+    # transport, and the lessons' figures without alt text (nbconvert's accessibility check of the feedback).
+    others = [line for line in log.splitlines() if "WARNING" in line and "Kernel is running over TCP" not in line
+              and "Alternative text is missing" not in line]
+    assert not others, others[:5]
 
 
 @pytest.mark.slow
