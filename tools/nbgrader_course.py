@@ -18,18 +18,30 @@ How a lesson becomes an assignment (the layout of a lesson's exercises: ``tools/
   student version, so the student sees the stub; the teacher's version runs the solution);
 - each exercise's check becomes a graded, read-only test cell worth ``--points-per-check`` points: the
   lesson's check call with ``strict=True`` (it raises ``AssertionError`` with the check's diagnosis when
-  the answer is wrong or untouched), then the same check with ``hidden=True`` (more inputs, of sizes the
-  student has not seen) between ``### BEGIN HIDDEN TESTS`` / ``### END HIDDEN TESTS``. The cell calls the
-  check through a fresh copy of ``gpt_lesson.checks`` (``runner.fresh_checks()``), not by the name the
-  notebook holds, so an answer cell that rebinds ``check_x`` or replaces a library function the check
-  compares with does not pass (the copy refuses to grade against a replaced library);
+  the answer is wrong or untouched), then the same check on the grader's own cases, which the cell reads
+  from ``grading/cases.json`` of the teacher's course folder (``gpt_lesson.checks.variants.grading_cases``;
+  a student's machine has none). The cell is the same in the teacher's and the student's version, so
+  nbgrader's checksums match (no hidden-test block, whose removal changes the checksum of every test cell:
+  nbgrader issue 1961), and every call's value is assigned, so nbgrader reads no output as a score. The
+  cell calls the check through a fresh copy of ``gpt_lesson.checks`` (``runner.fresh_checks()``), not by
+  the name the notebook holds, so an answer cell that rebinds ``check_x`` or replaces a library function
+  the check compares with does not pass (the copy refuses to grade against a replaced library);
+- with ``--secret-seed`` (or ``--secret-seed-file``), the exercises whose check has a variant
+  (``tools/assessment.py``: lessons 02-04) get the variant: a cell under the heading states the twist, the
+  teacher's solution and the graded cell are the variant's, its cases are drawn from the secret; the
+  builder also writes ``grading/variants.json`` and a question bank with answer keys (``question_bank/``);
+- released copies hold no launch badges, no links to the public notebooks and no sentence saying where
+  the solutions are (``released_markdown``); Colab's install cell is left out;
 - the solution blocks and speaker notes are left out, hints stay, every other answer block (lesson 11's
   self-quiz answers) is replaced by a note; prose and demonstrations become locked, read-only cells;
 - an interview question (a ``## Q1 · ...`` heading, lesson 11) gets a manually graded free-text answer
   cell worth ``--points-per-question`` points in place of its model answers (the teacher's version holds
   the English model answer, for the graders).
 
-The lessons themselves stay as they are for self-study (solutions one click away).
+Also: ``--roster CSV`` adds the students to the gradebook; an ``nbgrader_config.py`` you edited is kept
+(``--overwrite-config`` replaces it); MathJax is bundled in ``mathjax/`` for the feedback pages;
+``--export-grades CSV`` writes the weighted grades of docs/teaching.md section 2. The lessons themselves
+stay as they are for self-study.
 """
 from __future__ import annotations
 
@@ -37,6 +49,7 @@ import argparse
 import ast
 import copy
 import inspect
+import json
 import re
 import shutil
 import sys
@@ -46,7 +59,11 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from tools.exercises import Exercise, cell_text, find_exercises, without_magics
+from gpt_lesson.checks.variants import COURSE_TEXTS
+from gpt_lesson.checks.verdicts import say
+from gpt_lesson.i18n import _, language
+from tools import assessment
+from tools.exercises import YOUR_TURN_RE, Exercise, cell_text, find_exercises, without_magics
 from tools.slides import _details_blocks, answer_kind, exercise_names, find_notebooks, select_notebooks, strip_solutions
 
 __all__ = ["AssignmentSummary", "assignment_notebook", "build_course", "build_parser", "main", "check_source", "lesson_name",
@@ -78,7 +95,31 @@ c.Execute.timeout = 600
 c.OverwriteCells.add_missing_cells = True
 # Where release_assignment/collect exchange files with the students (shared by everyone on a JupyterHub).
 # c.Exchange.root = "/srv/nbgrader/exchange"
+# Feedback pages (feedback/<student>/<assignment>/*.html) load MathJax from this folder's mathjax/ (copied
+# by the builder from the pinned npm package, sha512 checked), never from a CDN: nbgrader's feedback template
+# calls nbconvert's mathjax() macro with its default CDN address, so templates/feedback/mathjax.html.j2, found
+# first, gives the macro the local one. nbgrader's own feedback template stays in use.
+import os as _os  # noqa: E402
+import nbgrader as _nbgrader  # noqa: E402
+c.HTMLExporter.extra_template_basedirs = [
+    _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "templates"),
+    _os.path.join(_os.path.dirname(_nbgrader.__file__), "server_extensions", "formgrader", "templates"),
+]
 '''
+MATHJAX_URL = "../../../mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
+# The macro nbconvert's templates import from mathjax.html.j2: the local MathJax, configured for the $...$ and
+# $$...$$ of the lessons' markdown.
+MATHJAX_MACRO = '''{%- macro mathjax(url="URL") -%}
+<script type="text/x-mathjax-config">
+MathJax.Hub.Config({
+  tex2jax: {inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], displayMath: [["$$", "$$"], ["\\\\[", "\\\\]"]],
+            processEscapes: true, processEnvironments: true},
+  messageStyle: "none"
+});
+</script>
+<script src="{{ url }}"></script>
+{%- endmacro %}
+'''.replace("URL", MATHJAX_URL)
 
 
 @dataclass
@@ -87,6 +128,8 @@ class GradedCell:
     points: int
     kind: str  # "check" (autograded) or "free text" (graded by hand)
     checks: list[str] = field(default_factory=list)  # the check calls of an autograded cell
+    cases: dict[str, list[dict]] = field(default_factory=dict)  # the grader's own cases, by key (grading/cases.json)
+    variants: list = field(default_factory=list)  # the assessment.Variant of each call (None: the lesson's task)
 
 
 @dataclass
@@ -173,19 +216,62 @@ def check_source(call: str, *, hidden: bool, module: str | None = None) -> str:
 
 
 _CHECKS = "_checks"  # the test cells' name for their fresh copy of gpt_lesson.checks
-_FRESH = (f"from gpt_lesson.checks.runner import fresh_checks as _fresh_checks\n"
-          f"{_CHECKS} = _fresh_checks()  # the course's checks, fresh: no name in this notebook reaches them\n")
 
 
-def _test_source(number: int, calls: list[str], points: int) -> str:
-    visible = "\n".join(check_source(c, hidden=False, module=_CHECKS) for c in calls)
-    hidden = "\n".join(s for s in (check_source(c, hidden=True, module=_CHECKS) for c in calls) if s)
-    text = (f"# Your turn {number}: graded, {points} point{'s' if points != 1 else ''}. This cell runs the check "
-            "on your answer;\n# when the homework is graded it also runs it on inputs you have not seen.\n"
-            + _FRESH + visible)
-    if hidden:
-        text += f"\n### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS"
-    return text
+def _text(key: str, lang: str, **fields: object) -> str:
+    """A text of the graded notebooks (``COURSE_TEXTS``) in the course's language, from the message catalogue."""
+    with language(lang):
+        return say(_(COURSE_TEXTS[key]), **fields)
+
+
+def _test_source(number: int, calls: list[str], points: int, *, assignment: str = "assignment",
+                 grade_id: str = "cell", lang: str = "en", variants: list | None = None) -> tuple[str, dict]:
+    """A graded cell's source and the grader's own cases it reads (``{key: [kwargs, ...]}``).
+
+    The source is the same in the teacher's and the student's version (no hidden-test block, so nbgrader's
+    checksums match): the extra cases come from ``grading/cases.json`` in the teacher's course folder, which a
+    student's machine does not have. Every call's value is assigned (``_verdict = ...``), so the cell has no
+    output nbgrader would try to read as a partial score.
+    """
+    variants = variants or [None] * len(calls)
+    comment = "\n".join(f"# {line}" for line in _text("graded_cell", lang, number=number, points=points).split("\n"))
+    lines = [comment, "from gpt_lesson.checks.runner import fresh_checks as _fresh_checks",
+             f"{_CHECKS} = _fresh_checks()  # {_text('fresh', lang)}"]
+    cases: dict[str, list[dict]] = {}
+    for i, (call, var) in enumerate(zip(calls, variants)):
+        key = f"{grade_id}#{i}"
+        if var is not None:
+            fn = ast.unparse(ast.parse(call, mode="eval").body.args[0])
+            visible = var.call(fn, _CHECKS)
+            cases[key] = [{**c, **var.rules} for c in var.grading]
+        else:
+            visible = check_source(call, hidden=False, module=_CHECKS)
+            hidden = check_source(call, hidden=True, module=_CHECKS)
+            cases[key] = [{"hidden": True}] if hidden else []
+        lines.append(visible if visible.startswith("_verdict =") else f"_verdict = {visible}")
+        if cases[key]:
+            node = ast.parse(visible, mode="eval").body
+            if var is not None:  # each case holds all of the variant's arguments
+                node.keywords = [k for k in node.keywords if k.arg == "strict"]
+            node.keywords.append(ast.keyword(None, ast.Name("_case", ast.Load())))
+            lines.append(f"for _case in {_CHECKS}.variants.grading_cases({assignment!r}, {key!r}):  "
+                         f"# {_text('cases', lang)}")
+            lines.append(f"    _verdict = {ast.unparse(node)}")
+    return "\n".join(lines), cases
+
+
+def _exercise_solution(ex: Exercise, nb, variants: list) -> str:
+    """The teacher's solution of an exercise: the lesson's, or (in a seeded course) its variant's."""
+    if not any(variants):
+        return _solution_code(ex, nb)
+    own = [v.solution.strip("\n") for v in variants if v is not None]
+    return "\n\n\n".join(own)
+
+
+def _variant_cell(ex: Exercise, variants: list, lang: str):
+    lines = [_text("variant", lang)] + [_text(v.task_key, lang, **v.task_fields) for v in variants if v is not None]
+    cell = new_markdown_cell("\n\n".join(lines))
+    return cell
 
 
 def _solution_code(ex: Exercise, nb) -> str:
@@ -222,8 +308,39 @@ def _slide_type(cell) -> str:
     return cell.get("metadata", {}).get("slideshow", {}).get("slide_type", "-")
 
 
-def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_question: int = 4):
-    """The nbgrader source notebook for lesson ``nb`` and what is graded in it: ``(notebook, graded cells)``."""
+# What a released copy must not hold: the launch badges and links to the public notebooks (whose solutions
+# are one click away), and the sentences that point at those solutions, in both editions.
+_BADGE_RE = re.compile(r"^\[!\[[^\]]*\]\([^)]*\)\]\([^)]*\)[ \t]*\n?", re.M)
+_NOTEBOOK_LINK_RE = re.compile(r"\[([^\]]*)\]\((?![a-z]+:)[^)\s]*\.ipynb(?:#[^)]*)?\)")
+_REMOTE_NOTEBOOK_RE = re.compile(r"\[([^\]]*)\]\((?:https?://)[^)]*(?:colab|mybinder|nbviewer|github\.com)[^)]*\)")
+_SOLUTION_WORDING_RE = re.compile(
+    r"[^.\n]*\bone click away\b[^.\n]*\.[ \t]*|[^。\n]*(?:点一下|一键)[^。\n]*(?:答案|解答)[^。\n]*。", re.I)
+LEAK_PATTERNS = (r"colab\.research\.google\.com", r"mybinder\.org", r"nbviewer", r"one click away",
+                 r"\]\([^)]*\.ipynb", r"点一下[^。]*答案", r"github\.com/gpt-lesson")
+
+
+def released_markdown(text: str) -> str:
+    """A lesson's markdown as a released copy shows it: no launch badges, no links to the public notebooks (the
+    link text stays), no sentence saying where the solutions are."""
+    text = _BADGE_RE.sub("", text)
+    text = _REMOTE_NOTEBOOK_RE.sub(r"\1", text)
+    text = _NOTEBOOK_LINK_RE.sub(r"\1", text)
+    text = _SOLUTION_WORDING_RE.sub("", text)
+    return re.sub(r"^(?:English|Previous|Next|上一课|下一课)\s*[:：]\s*.*$\n?", "", text, flags=re.M)
+
+
+def _lesson_language(nb) -> str:
+    headings = [m.group(0) for c in nb.cells if c.cell_type == "markdown" for m in YOUR_TURN_RE.finditer(cell_text(c))]
+    return "zh" if any("动手练习" in h for h in headings) else "en"
+
+
+def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_question: int = 4,
+                        secret: bytes | None = None):
+    """The nbgrader source notebook for lesson ``nb`` and what is graded in it: ``(notebook, graded cells)``.
+
+    With the teacher's ``secret``, the exercises whose check has a variant (``tools/assessment.py``) get it:
+    a cell under the exercise's heading states the twist, the teacher's solution and the graded cell are the
+    variant's."""
     for label, value in (("points_per_check", points_per_check), ("points_per_question", points_per_question)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
@@ -241,6 +358,10 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
             role[i] = ("solution", ex)
 
     names = exercise_names(nb)  # a block that defines one of them is an answer, whatever its title
+    lang = _lesson_language(nb)
+    variants = {ex.number: [assessment.make_variant(secret, name, ex.number, c) if secret else None
+                            for c in ex.checks(nb)] for ex in exercises}
+    starts = {ex.start: ex for ex in exercises if any(variants[ex.number])}
     cells, graded = [], []
     question: str | None = None
     pending_answer: str | None = None  # the English model answer of the current question
@@ -251,9 +372,8 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
             return
         gid = f"{question.lower()}-answer"
         text = pending_answer or "(The model answer is in the teacher's copy of the lesson.)"
-        cell = new_markdown_cell(
-            f"**{question}: your answer** (graded by hand, {points_per_question} points). Answer in a few "
-            f"sentences, with a number where the question asks for one.\n\n### BEGIN SOLUTION\n{text}\n### END SOLUTION")
+        cell = new_markdown_cell(_text("free_text", lang, question=question, points=points_per_question)
+                                 + f"\n\n### BEGIN SOLUTION\n{text}\n### END SOLUTION")
         cells.append(_nbgrader(cell, grade_id=gid, solution=True, grade=True, points=points_per_question))
         graded.append(GradedCell(gid, points_per_question, "free text"))
         question, pending_answer = None, None
@@ -269,19 +389,22 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
             if i != ex.stub_cells[0]:
                 continue
             stub = "\n\n".join(cell_text(nb.cells[j]).rstrip("\n") for j in ex.stub_cells)
-            answer = _new_code(_answer_source(stub, _solution_code(ex, nb)), like=cell)
+            answer = _new_code(_answer_source(stub, _exercise_solution(ex, nb, variants[ex.number])), like=cell)
             cells.append(_nbgrader(answer, grade_id=f"your-turn-{ex.number}-answer", solution=True))
             continue
         if kind == "check":
             code, calls = _statements(text)
             if not ex.stub_cells and any(c.strip() for c in code):
                 # The older layout: the stub and the check call share one cell.
-                answer = _new_code(_answer_source("\n\n".join(code), _solution_code(ex, nb)), like=cell)
+                answer = _new_code(_answer_source("\n\n".join(code), _exercise_solution(ex, nb, variants[ex.number])),
+                                   like=cell)
                 cells.append(_nbgrader(answer, grade_id=f"your-turn-{ex.number}-answer", solution=True))
             gid = f"your-turn-{ex.number}-check"
-            test = _new_code(_test_source(ex.number, calls, points_per_check), like=cell)
+            source, cases = _test_source(ex.number, calls, points_per_check, assignment=name, grade_id=gid, lang=lang,
+                                         variants=variants[ex.number])
+            test = _new_code(source, like=cell)
             cells.append(_nbgrader(test, grade_id=gid, grade=True, locked=True, points=points_per_check))
-            graded.append(GradedCell(gid, points_per_check, "check", calls))
+            graded.append(GradedCell(gid, points_per_check, "check", calls, cases, variants[ex.number]))
             continue
         if cell.cell_type == "markdown":
             only_answers, english = _only_model_answers(text)
@@ -293,11 +416,16 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
             if m:
                 question = m.group(1)
             shown, _ = strip_solutions(nbformat.v4.new_notebook(cells=[new_markdown_cell(text)]), names=names)
-            new = new_markdown_cell(_FIGURE_RE.sub(r"figures/\1", shown.cells[0].source))
+            new = new_markdown_cell(_FIGURE_RE.sub(r"figures/\1", released_markdown(shown.cells[0].source).rstrip()))
             new.metadata = copy.deepcopy(cell.metadata)
             cells.append(_nbgrader(new, grade_id=f"cell-{i}", locked=True))
+            if i in starts:
+                cells.append(_nbgrader(_variant_cell(starts[i], variants[starts[i].number], lang),
+                                       grade_id=f"your-turn-{starts[i].number}-variant", locked=True))
             continue
         flush_question()
+        if cell.cell_type == "code" and "google.colab" in text:
+            continue  # Colab's install cell: it names the public repository, and a released copy runs elsewhere
         new = copy.deepcopy(cell)
         if new.cell_type == "code":
             new.outputs, new.execution_count = [], None
@@ -333,11 +461,69 @@ def _owned_folder(root: Path, name: str) -> Path:
     return folder
 
 
+def _write_config(out: Path, text: str, *, overwrite: bool, notes: list[str]) -> None:
+    """Write ``nbgrader_config.py``; an existing one that differs is kept (the new one goes beside it, as
+    ``nbgrader_config.py.new``) unless ``overwrite``, which keeps the old one as ``nbgrader_config.py.bak``."""
+    config = out / "nbgrader_config.py"
+    if config.is_file() and config.read_text(encoding="utf-8") != text:
+        if not overwrite:
+            (out / "nbgrader_config.py.new").write_text(text, encoding="utf-8")
+            notes.append(f"kept your {config} (it differs from the builder's); the builder's is in "
+                         f"{config}.new: compare them, or build again with --overwrite-config")
+            return
+        shutil.copy2(config, out / "nbgrader_config.py.bak")
+        notes.append(f"replaced {config}; the old one is {config}.bak")
+    config.write_text(text, encoding="utf-8")
+
+
+def bundle_mathjax(out: Path, source: Path | None = None, timeout: float = 300.0) -> Path:
+    """Put MathJax 2 (TeX input, CommonHTML output) into ``out/mathjax``: from ``source`` (a folder with
+    MathJax.js, e.g. a deck's vendor/mathjax) or from the pinned npm package, its sha512 checked."""
+    import tempfile
+
+    from tools import slides
+
+    dest = out / "mathjax"
+    if (dest / "MathJax.js").is_file():
+        return dest
+    if source is not None:
+        if not (Path(source) / "MathJax.js").is_file():
+            raise ValueError(f"{source} has no MathJax.js: give a MathJax 2 folder (a deck's vendor/mathjax)")
+        shutil.copytree(source, dest)
+        return dest
+    version, integrity = slides.VENDOR_PACKAGES["mathjax"]
+    with tempfile.TemporaryDirectory(prefix="gpt_lesson_mathjax_") as tmp:
+        slides._npm_pack([f"mathjax@{version}"], Path(tmp), timeout)
+        tarball = Path(tmp) / f"mathjax-{version}.tgz"
+        got = slides._integrity(tarball)
+        if got != integrity:
+            raise slides.VendorError(f"{tarball.name} has integrity {got}, expected the pinned {integrity}")
+        slides._copy_from_tarball(tarball, slides._VENDOR_FILES["mathjax"], dest)
+    return dest
+
+
+def add_roster(out: Path, students: list[dict]) -> int:
+    """Add (or update) the roster's students in the course's gradebook, as ``nbgrader db student import`` does."""
+    from nbgrader.api import Gradebook
+
+    assessment.gradebook_path_ready()
+    out.mkdir(parents=True, exist_ok=True)
+    with Gradebook(f"sqlite:///{(out / 'gradebook.db').resolve()}") as gb:
+        for student in students:
+            gb.update_or_create_student(student["id"], **{k: v for k, v in student.items() if k != "id"})
+    return len(students)
+
+
 def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str = "gpt-lesson",
-                 points_per_check: int = 2, points_per_question: int = 4) -> list[AssignmentSummary]:
+                 points_per_check: int = 2, points_per_question: int = 4, secret: bytes | None = None,
+                 overwrite_config: bool = False, questions: int = 4,
+                 notes: list[str] | None = None) -> list[AssignmentSummary]:
     """Write ``out_dir/nbgrader_config.py`` and ``out_dir/source/<lesson>/<lesson>.ipynb`` for each lesson
-    that has exercises. Returns what each assignment grades."""
+    that has exercises, and ``out_dir/grading/cases.json`` (the grader's own cases). With the teacher's
+    ``secret``: the variants (``grading/variants.json``, for the teacher) and the question bank
+    (``question_bank/``). Returns what each assignment grades; ``notes`` gets what the teacher should know."""
     out = Path(out_dir)
+    notes = notes if notes is not None else []
     if not re.fullmatch(r"[\w.-]+", course_id):
         raise ValueError(f"course_id must be letters, digits, '_', '-' or '.', got {course_id!r}")
     names = {path: lesson_name(path) for path in notebooks}  # every name is checked before anything is written
@@ -348,7 +534,7 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
             continue
         name = names[path]
         source, graded = assignment_notebook(nb, name, points_per_check=points_per_check,
-                                             points_per_question=points_per_question)
+                                             points_per_question=points_per_question, secret=secret)
         (out / "source").mkdir(parents=True, exist_ok=True)
         folder = _owned_folder(out / "source", name)
         if folder.is_symlink():
@@ -370,14 +556,33 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
         summaries.append(AssignmentSummary(name, dest, graded, figures))
     if not summaries:
         raise ValueError("none of the notebooks has an exercise (a '### Your turn N: ...' section)")
-    (out / "nbgrader_config.py").write_text(NBGRADER_CONFIG.format(course_id=course_id, text_stub=_TEXT_STUB))
+    grading = out / "grading"
+    grading.mkdir(parents=True, exist_ok=True)
+    cases_file = grading / "cases.json"
+    cases = json.loads(cases_file.read_text(encoding="utf-8")) if cases_file.is_file() else {}
+    for summary in summaries:
+        cases[summary.name] = {k: v for g in summary.graded for k, v in g.cases.items()}
+    cases_file.write_text(json.dumps(cases, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    if secret is not None:
+        table = {s.name: {g.grade_id: [None if v is None else {"check": v.check, **v.kwargs, **v.rules,
+                                                                  "grading": v.grading}
+                                       for v in g.variants] for g in s.graded if any(g.variants)}
+                 for s in summaries}
+        (grading / "variants.json").write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        if questions:
+            assessment.write_question_bank(assessment.question_bank(secret, questions), out / "question_bank")
+    (out / "templates" / "feedback").mkdir(parents=True, exist_ok=True)
+    (out / "templates" / "feedback" / "mathjax.html.j2").write_text(MATHJAX_MACRO, encoding="utf-8")
+    _write_config(out, NBGRADER_CONFIG.format(course_id=course_id, text_stub=_TEXT_STUB),
+                  overwrite=overwrite_config, notes=notes)
     return summaries
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.nbgrader_course", description=__doc__.split("\n\n")[0])
     parser.add_argument("--notebooks", type=Path, default=REPO_ROOT / "notebooks",
-                        help="folder of the lesson notebooks (default: the repository's notebooks/)")
+                        help="folder of the lesson notebooks (default: the repository's notebooks/; "
+                             "notebooks/zh for the Chinese course)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "course",
                         help="the nbgrader course folder to write (default: course/)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these lessons (file names or stems)")
@@ -385,27 +590,70 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--points-per-check", type=int, default=2, help="points of each exercise (default: 2)")
     parser.add_argument("--points-per-question", type=int, default=4,
                         help="points of each interview question graded by hand (default: 4)")
+    secret = parser.add_mutually_exclusive_group()
+    secret.add_argument("--secret-seed", metavar="SECRET",
+                        help="the teacher's secret (8+ characters): assignment variants and the question bank are "
+                             "drawn from it (same secret, same variants). Keep it out of shell history: prefer "
+                             "--secret-seed-file")
+    secret.add_argument("--secret-seed-file", type=Path, metavar="FILE", help="a file whose first line is the secret")
+    parser.add_argument("--questions", type=int, default=4, metavar="N",
+                        help="variants of each question kind in question_bank/ (with a secret; default 4, 0: none)")
+    parser.add_argument("--roster", type=Path, metavar="CSV",
+                        help="students to add to gradebook.db: a CSV with columns id[,first_name,last_name,email]")
+    parser.add_argument("--overwrite-config", action="store_true",
+                        help="replace an nbgrader_config.py that differs from the builder's (kept as .bak)")
+    parser.add_argument("--mathjax", type=Path, metavar="DIR",
+                        help="a MathJax 2 folder to bundle for the feedback pages (default: the pinned npm package)")
+    parser.add_argument("--no-mathjax", action="store_true", help="do not bundle MathJax (formulas stay as TeX)")
+    parser.add_argument("--export-grades", type=Path, metavar="CSV",
+                        help="only write the grades of --out's gradebook, weighted by docs/teaching.md section 2, "
+                             "one row per student (for an LMS import), then stop")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.export_grades is not None:
+        db = args.out / "gradebook.db"
+        if not db.is_file():
+            print(f"error: {db} does not exist: autograde first (nbgrader autograde NAME in {args.out})", file=sys.stderr)
+            return 2
+        rows = assessment.write_weighted_grades(f"sqlite:///{db.resolve()}", args.export_grades,
+                                                assessment.plan_weights())
+        print(f"{rows} students in {args.export_grades}")
+        return 0
     notebooks = select_notebooks(parser, find_notebooks(args.notebooks), args.only)
     for label in ("points_per_check", "points_per_question"):
         if getattr(args, label) < 1:
             parser.error(f"--{label.replace('_', '-')} must be at least 1")
+    notes: list[str] = []
     try:
+        secret = (assessment.read_secret(args.secret_seed, args.secret_seed_file)
+                  if args.secret_seed is not None or args.secret_seed_file is not None else None)
+        students = assessment.read_roster(args.roster) if args.roster is not None else None
         summaries = build_course(notebooks, args.out, course_id=args.course_id,
-                                 points_per_check=args.points_per_check, points_per_question=args.points_per_question)
+                                 points_per_check=args.points_per_check, points_per_question=args.points_per_question,
+                                 secret=secret, overwrite_config=args.overwrite_config, questions=args.questions,
+                                 notes=notes)
+        if students is not None:
+            notes.append(f"{add_roster(args.out, students)} students in {args.out / 'gradebook.db'}")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if not args.no_mathjax:
+        try:
+            notes.append(f"MathJax for the feedback pages in {bundle_mathjax(args.out, args.mathjax)}")
+        except Exception as e:  # the course works without it: formulas then show as TeX
+            notes.append(f"MathJax was not bundled ({e}); feedback pages show formulas as TeX until it is")
     width = max(len(s.name) for s in summaries)
-    print(f"{'assignment':<{width}}  autograded  by hand  points")
+    print(f"{'assignment':<{width}}  autograded  by hand  points  variants")
     for s in summaries:
         manual = sum(1 for g in s.graded if g.kind == "free text")
-        print(f"{s.name:<{width}}  {len(s.graded) - manual:10d}  {manual:7d}  {s.points:6d}")
+        varied = sum(1 for g in s.graded for v in g.variants if v is not None)
+        print(f"{s.name:<{width}}  {len(s.graded) - manual:10d}  {manual:7d}  {s.points:6d}  {varied:8d}")
+    for note in notes:
+        print(note)
     print(f"{len(summaries)} assignments in {args.out / 'source'}; nbgrader_config.py in {args.out}. "
           f"Next, in {args.out}: nbgrader generate_assignment NAME")
     return 0

@@ -36,6 +36,8 @@ module                        checks                                            
 :mod:`.llama`                 ``check_rms_norm``, ``check_rope``, ``check_repeat_kv``      14
 :mod:`.serving`               ``check_locate``, ``check_grow_table``,                      15
                               ``check_free_sequence_blocks``
+:mod:`.variants`              ``check_variant_scores``, ``check_variant_softmax``,         02-04
+                              ``check_variant_window``
 :mod:`.runner`                the one runner: calls the learner's code, judges, reports
 :mod:`.verdicts`              ``CheckResult``, the labels and messages every check shares
 ============================  ==========================================================  =========
@@ -59,6 +61,7 @@ from . import (
     serving,
     tokens,
     training,
+    variants,
     verdicts,
 )
 
@@ -435,6 +438,13 @@ from .training import (  # noqa: F401 (re-exported labels)
     check_lr_schedule,
     check_train_step,
 )
+from .variants import (  # noqa: F401 (re-exported labels)
+    LESSON_SCALE,
+    WINDOW_IGNORED,
+    check_variant_scores,
+    check_variant_softmax,
+    check_variant_window,
+)
 from .verdicts import (  # noqa: F401 (re-exported labels)
     BOOL_OUTPUT,
     CALLED_LIBRARY,
@@ -462,7 +472,8 @@ from .verdicts import (  # noqa: F401 (re-exported labels)
 # Every diagnosis label, by constant name, from every module.
 LABELS: dict[str, str] = {
     name: value
-    for module in (verdicts, tokens, attention, heads, feed_forward, block, gpt, training, distributed, generation, interview, bpe, llama, serving)
+    for module in (verdicts, tokens, attention, heads, feed_forward, block, gpt, training, distributed, generation, interview, bpe, llama, serving,
+                   variants)
     for name, value in vars(module).items()
     if name.isupper() and not name.startswith("_") and isinstance(value, str)
 }
@@ -482,4 +493,5 @@ __all__ = [
     "check_bpe_merge", "check_bpe_encode", "check_gpt2_pre_split",
     "check_rms_norm", "check_rope", "check_repeat_kv",
     "check_locate", "check_grow_table", "check_free_sequence_blocks",
+    "check_variant_scores", "check_variant_softmax", "check_variant_window",
 ]

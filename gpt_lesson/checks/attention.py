@@ -197,9 +197,9 @@ _PRODUCT = {
 }
 
 
-def _diagnose_scores(out: torch.Tensor, case: Case) -> list[Bug] | None:
-    """Scores that are some product of q and k times a constant: name the product, then the scale."""
-    q, k = case.args
+def fitted_product(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[list[Bug], float] | None:
+    """``out`` as ``c * product(q, k)`` for one of the products of :data:`_PRODUCT` and a constant ``c > 0``:
+    (the bugs the product names, ``c``), or None."""
     for key, product in _PRODUCT.items():
         try:
             p = product(q, k).double()
@@ -210,10 +210,19 @@ def _diagnose_scores(out: torch.Tensor, case: Case) -> list[Bug] | None:
         c = (out.double() * p).sum().item() / (p * p).sum().item()
         if c <= 0 or not close(out, c * p):
             continue
-        bugs = [] if key == "qk" else [_bug(KQ_TRANSPOSED if key == "kq" else MISSING_TRANSPOSE, key)]
-        scale = _scale_bug(c, q.size(-1))
-        return bugs + ([scale] if scale else []) or None
+        return ([] if key == "qk" else [_bug(KQ_TRANSPOSED if key == "kq" else MISSING_TRANSPOSE, key)]), c
     return None
+
+
+def _diagnose_scores(out: torch.Tensor, case: Case) -> list[Bug] | None:
+    """Scores that are some product of q and k times a constant: name the product, then the scale."""
+    q, k = case.args
+    fitted = fitted_product(out, q, k)
+    if fitted is None:
+        return None
+    bugs, c = fitted
+    scale = _scale_bug(c, q.size(-1))
+    return bugs + ([scale] if scale else []) or None
 
 
 @learner_check

@@ -1,0 +1,415 @@
+"""Summative homework (issue 29): variants from a secret seed, the grader's own cases in the teacher's folder,
+released copies without links to the public solutions, the question bank, the roster, the weighted grades, and a
+whole nbgrader round on a variant with no checksum or score warnings and feedback without a remote script."""
+from __future__ import annotations
+
+import csv
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gpt_lesson import checks
+from tools import assessment, nbgrader_course
+from tools.exercises import find_exercises
+from tools.nbgrader_course import LEAK_PATTERNS, assignment_notebook, build_course, released_markdown
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET, OTHER = b"teacher-secret-1", b"another-secret-2"
+VARIED_LESSONS = ["02_attention", "03_causal_mask", "04_softmax_scaling"]
+
+
+def _lesson(name: str, edition: str = "") -> nbformat.NotebookNode:
+    return nbformat.read(REPO / "notebooks" / edition / f"{name}.ipynb", as_version=4)
+
+
+def _exercise_calls():
+    for name in VARIED_LESSONS:
+        nb = _lesson(name)
+        for ex in find_exercises(nb):
+            for call in ex.checks(nb):
+                yield name, ex, nb, call
+
+
+def _run(code: str, check: str, fn: str, kwargs: dict) -> checks.CheckResult:
+    namespace: dict = {}
+    exec("import math\nimport torch\nimport torch.nn.functional as F\n" + code, namespace)
+    return getattr(checks, check)(namespace[fn], **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Variants
+
+
+@pytest.mark.parametrize("name,ex,nb,call", list(_exercise_calls()), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_public_solution_fails_the_variant_and_the_variants_own_passes(name, ex, nb, call, capsys):
+    variant = assessment.make_variant(SECRET, name, ex.number, call)
+    assert variant is not None
+    fn = re.match(r"\w+\((\w+)", call).group(1)
+    public = nbgrader_course._solution_code(ex, nb)
+    assert _run(public, call.split("(")[0], fn, {}).passed  # the lesson's own check
+    for kwargs in [variant.kwargs, *variant.grading]:
+        kwargs = {**kwargs, **variant.rules}
+        own = _run(variant.solution, variant.check, fn, kwargs)
+        assert own.passed, own.message
+        lesson = _run(public, variant.check, fn, kwargs)
+        assert not lesson.passed and lesson.attempted
+        # The diagnosis names what the public solution does: the lesson's scaling, no temperature, no window.
+        assert lesson.diagnosis in (checks.LESSON_SCALE, checks.TEMPERATURE_IGNORED, checks.WINDOW_IGNORED), \
+            lesson.message
+
+
+def test_same_seed_same_variants_other_seed_others():
+    calls = [(name, ex.number, call) for name, ex, _, call in _exercise_calls()]
+    first = [assessment.make_variant(SECRET, *c) for c in calls]
+    again = [assessment.make_variant(SECRET, *c) for c in calls]
+    other = [assessment.make_variant(OTHER, *c) for c in calls]
+    assert [(v.kwargs, v.grading, v.solution) for v in first] == [(v.kwargs, v.grading, v.solution) for v in again]
+    assert [(v.kwargs, v.grading) for v in first] != [(v.kwargs, v.grading) for v in other]
+    # The sizes of the inputs differ for every exercise, the twists for most.
+    assert all(a.kwargs["sizes"] != b.kwargs["sizes"] for a, b in zip(first, other))
+
+
+def test_every_lesson_check_has_a_variant_or_a_reason():
+    called = set()
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        called |= {call.split("(")[0] for ex in find_exercises(nb) for call in ex.checks(nb)}
+    assert called <= set(assessment.VARIANT_CHECKS) | set(assessment.NO_VARIANT), \
+        called - set(assessment.VARIANT_CHECKS) - set(assessment.NO_VARIANT)
+    assert not set(assessment.VARIANT_CHECKS) & set(assessment.NO_VARIANT)
+
+
+def test_variant_checks_name_the_classic_mistakes(capsys):
+    kw = {"power": 1.0, "temperature": 1.0, "sizes": [[7, [2, 5, 5]], [8, [1, 4, 6]]]}
+    assert checks.check_variant_scores(lambda q, k: q @ k / q.size(-1), **kw).diagnosis == checks.MISSING_TRANSPOSE
+    assert checks.check_variant_scores(lambda q, k: q @ k.transpose(-2, -1), **kw).diagnosis == checks.NO_SCALING
+    assert checks.check_variant_softmax(lambda s: (s / 2).softmax(dim=-2), temperature=2.0).diagnosis == \
+        checks.SOFTMAX_WRONG_DIM
+    assert checks.check_variant_softmax(lambda s: (s * 2).softmax(dim=-1), temperature=2.0).diagnosis == \
+        checks.TEMPERATURE_MULTIPLIED
+    assert checks.check_variant_softmax(lambda s: None, temperature=2.0).diagnosis == checks.NOT_ATTEMPTED
+
+    def head(q, k, v, w=3, fill=float("-inf"), dim=-1):
+        T = q.size(-2)
+        ones = torch.ones(T, T, dtype=torch.bool)
+        visible = torch.tril(ones) & torch.triu(ones, diagonal=-(w - 1))
+        return (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~visible, fill).softmax(dim) @ v
+
+    import torch
+    assert checks.check_variant_window(head, window=3).passed
+    assert checks.check_variant_window(lambda q, k, v: head(q, k, v, fill=0.0), window=3).diagnosis == \
+        checks.MASK_WITH_ZERO
+    assert checks.check_variant_window(lambda q, k, v: head(q, k, v, 4), window=3).diagnosis == checks.MASK_ONE_OFF
+    assert checks.check_variant_window(lambda q, k, v: head(q, k, v, 2), window=3).diagnosis == checks.MASK_ONE_OFF
+    assert checks.check_variant_window(lambda q, k, v: head(q, k, v, dim=-2), window=3).diagnosis == \
+        checks.SOFTMAX_WRONG_DIM
+
+
+@pytest.mark.parametrize("call,match", [
+    ("check_variant_scores(f, power=0.5, temperature=1.0)", "the lesson's own task"),
+    ("check_variant_scores(f, power=-1)", "power must be a positive number"),
+    ("check_variant_softmax(f, temperature=1)", "the lesson's own task"),
+    ("check_variant_softmax(f, temperature=2.0, sizes=[[1, [2, 3, 4]]])", r"sizes are \[B, T\]"),
+    ("check_variant_window(f, window=1)", "window must be a whole number of at least 2"),
+    ("check_variant_window(f, window=3, sizes=[[1, [1, 3, 4]]])", "must exceed the window"),
+    ("check_variant_window(f, window=3, sizes='big')", "sizes must be a non-empty list"),
+    ("check_variant_window(f, window=3, sizes=[[1, [1, 300, 4]]])", "whole dims 1..64"),
+])
+def test_variant_checks_refuse_bad_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        eval(call, {**vars(checks), "f": lambda *a: None})
+
+
+def test_grading_cases_come_only_from_the_course_folder(tmp_path, monkeypatch):
+    from gpt_lesson.checks.variants import grading_cases
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assert grading_cases("02_attention", "x#0", start=tmp_path) == []  # a student's machine
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(ValueError, match="rebuild the course folder"):
+        grading_cases("02_attention", "x#0", start=tmp_path)
+    (tmp_path / "grading").mkdir()
+    (tmp_path / "nbgrader_config.py").write_text("")
+    (tmp_path / "grading" / "cases.json").write_text(json.dumps({"02_attention": {"x#0": [{"hidden": True}]}}))
+    deep = tmp_path / "autograded" / "alice" / "02_attention"
+    deep.mkdir(parents=True)
+    assert grading_cases("02_attention", "x#0", start=deep) == [{"hidden": True}]
+    assert grading_cases("02_attention", "other#0", start=deep) == []
+    (tmp_path / "grading" / "cases.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        grading_cases("02_attention", "x#0", start=deep)
+    (tmp_path / "grading" / "cases.json").write_text(json.dumps({"02_attention": {"x#0": "all"}}))
+    with pytest.raises(ValueError, match="must be a list of objects"):
+        grading_cases("02_attention", "x#0", start=deep)
+    with pytest.raises(TypeError, match="non-empty str cell"):
+        grading_cases("02_attention", "", start=deep)
+
+
+def test_secrets_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="at least 8 characters"):
+        assessment.read_secret("short")
+    with pytest.raises(ValueError, match="exactly one"):
+        assessment.read_secret(None, None)
+    with pytest.raises(ValueError, match="does not exist"):
+        assessment.read_secret(None, tmp_path / "missing")
+    (tmp_path / "seed").write_text("a-long-enough-secret\nignored\n")
+    assert assessment.read_secret(None, tmp_path / "seed") == b"a-long-enough-secret"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The seeded assignment: the twist stated, its solution for the teacher, its cases outside the notebook
+
+
+@pytest.mark.parametrize("edition", ["", "zh"])
+def test_seeded_assignment_states_the_twist_and_keeps_the_cases_out(edition):
+    nb = _lesson("03_causal_mask", edition)
+    source, graded = assignment_notebook(nb, "03_causal_mask", secret=SECRET)
+    cells = {c.metadata["nbgrader"]["grade_id"]: c for c in source.cells}
+    for g in graded:
+        number = g.grade_id.split("-")[2]
+        variant = g.variants[0]
+        text = cells[f"your-turn-{number}-variant"].source
+        assert f"{variant.kwargs['window']}" in text and ("sliding window" in text or "滑动窗口" in text)
+        assert variant.solution.strip() in cells[f"your-turn-{number}-answer"].source
+        test = cells[g.grade_id].source
+        assert f"_checks.{variant.check}(" in test and "hidden=True" not in test and "BEGIN HIDDEN" not in test
+        for case in variant.grading:  # the grader's sizes are in grading/cases.json, not in the notebook
+            assert str(case["sizes"]) not in "\n".join(c.source for c in source.cells)
+            assert {**case, **variant.rules} in g.cases[f"{g.grade_id}#0"]
+        # Every call's value is assigned: no output nbgrader would try to read as a partial score.
+        assert all(line.startswith(("#", "from ", "_checks = ", "_verdict = ", "for _case", "    _verdict = "))
+                   for line in test.splitlines()), test
+        if edition == "zh":
+            assert "动手练习" in test.splitlines()[0] and "计分" in test.splitlines()[0]
+
+
+def test_released_markdown_has_no_links_to_the_solutions():
+    en, zh = _lesson("02_attention"), _lesson("02_attention", "zh")
+    for nb in (en, zh):
+        text = "\n".join(released_markdown(c.source) for c in nb.cells if c.cell_type == "markdown")
+        for pattern in LEAK_PATTERNS:
+            assert not re.search(pattern, text), pattern
+    head = released_markdown(en.cells[0].source)
+    assert head.strip() == "# 02 · Attention: averaging the past, then Query, Key, Value"
+    assert released_markdown("See [the glossary](../docs/glossary.md).") == "See [the glossary](../docs/glossary.md)."
+
+
+# ---------------------------------------------------------------------------------------------------
+# The question bank
+
+
+def test_question_bank_has_six_kinds_with_worked_answers_that_differ_by_seed():
+    bank = assessment.question_bank(SECRET, 4)
+    assert len(bank) >= 6 and all(len(items) == 4 for items in bank.values())
+    assert bank == assessment.question_bank(SECRET, 4)
+    other = assessment.question_bank(OTHER, 4)
+    for kind in bank:
+        assert [q["question"] for q in bank[kind]] != [q["question"] for q in other[kind]], kind
+        assert len({q["question"] for q in bank[kind]}) > 1, kind  # the variants of one kind differ
+        assert all(q["answer"] and q["question"] for q in bank[kind])
+    with pytest.raises(ValueError, match="variants must be a whole number"):
+        assessment.question_bank(SECRET, 0)
+
+
+WRONG_LIBRARY = {  # a changed library function per question kind: its answer must change with it
+    "attention_weight": ("gpt_lesson.attention", "attention_weights", lambda real: lambda s: real(s) * 0.5),
+    "causal_mask": ("gpt_lesson.attention", "causal_mask", lambda real: lambda T, *a, **k: real(T + 1)[:T, : T + 1]),
+    "parameter_count": ("gpt_lesson.model", "count_parameters_by_part",
+                        lambda real: lambda m: {k: v + 1 for k, v in real(m).items()}),
+    "kv_cache_size": ("gpt_lesson.experiments", "kv_cache_bytes", lambda real: lambda *a, **k: real(*a, **k) + 1),
+    "head_shapes": ("gpt_lesson.attention", "split_heads", lambda real: lambda x, n: real(x, n).unsqueeze(0)),
+    "grad_accumulation": ("gpt_lesson.distributed", "grad_accum_steps_for",
+                          lambda real: lambda *a, **k: real(*a, **k) + 1),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(assessment.QUESTION_KINDS))
+def test_question_bank_answers_are_computed_by_the_library(kind, monkeypatch):
+    """Each answer changes when the library function it comes from does: it is computed, not written down."""
+    import importlib
+
+    make = assessment.QUESTION_KINDS[kind]
+    honest = make(assessment.derive_rng(SECRET, "question", kind, "0"))
+    module, function, wrong = WRONG_LIBRARY[kind]
+    mod = importlib.import_module(module)
+    monkeypatch.setattr(mod, function, wrong(getattr(mod, function)))
+    changed = make(assessment.derive_rng(SECRET, "question", kind, "0"))
+    assert changed["question"] == honest["question"] and changed["answer"] != honest["answer"]
+
+
+def test_build_writes_the_question_bank_and_variants_only_into_the_teachers_folder(tmp_path):
+    lessons = [REPO / "notebooks" / "02_attention.ipynb"]
+    build_course(lessons, tmp_path / "course", secret=SECRET, questions=3)
+    bank = json.loads((tmp_path / "course" / "question_bank" / "bank.json").read_text())
+    assert bank == json.loads(json.dumps(assessment.question_bank(SECRET, 3)))
+    answers = (tmp_path / "course" / "question_bank" / "answers.md").read_text()
+    assert bank["kv_cache_size"][0]["answer"] in answers
+    variants = json.loads((tmp_path / "course" / "grading" / "variants.json").read_text())
+    assert set(variants["02_attention"]) == {"your-turn-1-check", "your-turn-2-check"}
+    release_text = (tmp_path / "course" / "source" / "02_attention" / "02_attention.ipynb").read_text()
+    assert bank["kv_cache_size"][0]["question"] not in release_text
+    build_course(lessons, tmp_path / "plain")  # no secret: no variants, no bank, the public hidden cases
+    assert not (tmp_path / "plain" / "question_bank").exists()
+    cases = json.loads((tmp_path / "plain" / "grading" / "cases.json").read_text())
+    assert cases["02_attention"] == {"your-turn-1-check#0": [{"hidden": True}], "your-turn-2-check#0": [{"hidden": True}]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Manual steps: the config, the roster, the weights
+
+
+def test_an_edited_config_is_kept_unless_asked(tmp_path, capsys):
+    lessons = [REPO / "notebooks" / "02_attention.ipynb"]
+    out = tmp_path / "course"
+    build_course(lessons, out)
+    config = out / "nbgrader_config.py"
+    config.write_text(config.read_text() + 'c.Exchange.root = "/srv/exchange"\n')
+    edited = config.read_text()
+    notes: list[str] = []
+    build_course(lessons, out, notes=notes)
+    assert config.read_text() == edited and (out / "nbgrader_config.py.new").is_file()
+    assert any("kept your" in n for n in notes)
+    build_course(lessons, out, overwrite_config=True, notes=notes)
+    assert config.read_text() != edited and (out / "nbgrader_config.py.bak").read_text() == edited
+    assert "https://" not in config.read_text() and "extra_template_basedirs" in config.read_text()
+    macro = (out / "templates" / "feedback" / "mathjax.html.j2").read_text()
+    assert 'src="{{ url }}"' in macro and "../../../mathjax/MathJax.js" in macro and "https://" not in macro
+
+
+def test_roster_is_read_and_checked(tmp_path):
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,first_name,last_name,email\nalice,Alice,Liddell,a@x.org\nbob,,,\n")
+    assert assessment.read_roster(roster) == [
+        {"id": "alice", "first_name": "Alice", "last_name": "Liddell", "email": "a@x.org"},
+        {"id": "bob", "first_name": None, "last_name": None, "email": None}]
+    for text, match in [("name\nalice\n", "one of them 'id'"), ("id\nalice\nalice\n", "appears twice"),
+                        ("id\n../etc\n", "student id '../etc'"), ("id\n", "lists no student")]:
+        roster.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            assessment.read_roster(roster)
+    with pytest.raises(ValueError, match="does not exist"):
+        assessment.read_roster(tmp_path / "none.csv")
+
+
+def test_plan_weights_come_from_the_teaching_guide(tmp_path):
+    plan = assessment.plan_weights()
+    assert [(p["name"], p["weight"]) for p in plan["parts"]] == [
+        ("Homework", 50.0), ("Interview answers", 20.0), ("Oral exam", 30.0)]
+    assert plan["parts"][0]["lessons"] == [f"{n:02d}" for n in range(1, 11)] and plan["parts"][1]["lessons"] == ["11"]
+    assert plan["parts"][2]["lessons"] == [] and plan["bonus"] == {"12": "homework"}
+    broken = tmp_path / "teaching.md"
+    broken.write_text("## 2. Assessment plan\n\n| Part | Weight | What | How |\n|---|---|---|---|\n"
+                      "| Homework | 60 % | lessons 01-10 | nbgrader |\n\n## 3. Next\n")
+    with pytest.raises(ValueError, match="add up to 100 %"):
+        assessment.plan_weights(broken)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Released copies of every assignment, both editions, through nbgrader generate_assignment
+
+
+def _nbgrader(course: Path, *args: str, timeout: float = 1800) -> str:
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edition", ["", "zh"])
+def test_released_copies_hold_no_links_to_solutions(tmp_path, edition):
+    folder = REPO / "notebooks" / edition
+    lessons = [p for p in sorted(folder.glob("[0-9]*.ipynb")) if find_exercises(nbformat.read(p, as_version=4))]
+    course = tmp_path / "course"
+    summaries = build_course(lessons, course, secret=SECRET)
+    log = _nbgrader(course, "generate_assignment", "*")  # every assignment in source/
+    for s in summaries:
+        release = course / "release" / s.name / f"{s.name}.ipynb"
+        text = "\n".join(c.source for c in nbformat.read(release, as_version=4).cells)
+        for pattern in LEAK_PATTERNS:
+            assert not re.search(pattern, text, re.I), (s.name, pattern)
+        assert "BEGIN SOLUTION" not in text and "hidden=True" not in text
+    assert len(summaries) == len(lessons) and "checksum" not in log.lower()
+
+
+# ---------------------------------------------------------------------------------------------------
+# A whole round on a variant: right, typical-wrong (the public solution), blank
+
+
+@pytest.mark.slow
+def test_a_variant_graded_end_to_end(tmp_path, shakespeare_path):
+    name = "02_attention"
+    course = tmp_path / "course"
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,first_name,last_name,email\nright,Ada,Right,\nwrong,Bo,Wrong,\nblank,Cy,Blank,\n"
+                      "absent,Di,Absent,\n")
+    assert nbgrader_course.main(["--notebooks", str(REPO / "notebooks"), "--out", str(course), "--only", name,
+                                 "--secret-seed", SECRET.decode(), "--roster", str(roster)]) == 0
+    assert (course / "mathjax" / "MathJax.js").is_file()
+    summaries = build_course([REPO / "notebooks" / f"{name}.ipynb"], course, secret=SECRET)  # the same again
+    graded = summaries[0].graded
+    os.environ.setdefault("GPT_LESSON_DATA", str(shakespeare_path))
+    logs = [_nbgrader(course, "generate_assignment", name)]
+    nb = _lesson(name)
+    exercises = find_exercises(nb)
+    release = course / "release" / name / f"{name}.ipynb"
+    for student in ("right", "wrong", "blank"):
+        copy = nbformat.read(release, as_version=4)
+        cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in copy.cells}
+        for ex, g in zip(exercises, graded):
+            cell = cells[f"your-turn-{ex.number}-answer"]
+            if student == "right":
+                cell.source += "\n\n" + g.variants[0].solution
+            elif student == "wrong":  # the public lesson's solution: the typical mistake on a variant
+                cell.source += "\n\n" + nbgrader_course._solution_code(ex, nb)
+        folder = course / "submitted" / student / name
+        folder.mkdir(parents=True)
+        nbformat.write(copy, folder / f"{name}.ipynb")
+    logs.append(_nbgrader(course, "autograde", name))
+    logs.append(_nbgrader(course, "generate_feedback", name))
+    log = "\n".join(logs)
+    # nbgrader without alarms: no changed checksum, no output read as a score.
+    assert "checksum" not in log.lower() and "cannot be converted" not in log and "has changed" not in log, log[-3000:]
+    from nbgrader.api import Gradebook
+
+    total = summaries[0].points
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert sorted(s.id for s in gb.students) == ["absent", "blank", "right", "wrong"]
+        scores = {s: gb.find_submission(name, s).score for s in ("right", "wrong", "blank")}
+        assert scores == {"right": float(total), "wrong": 0.0, "blank": 0.0}
+        assert gb.find_student("right").last_name == "Right"
+    # The grader's own cases ran (two calls of each check for the right student).
+    autograded = nbformat.read(course / "autograded" / "right" / name / f"{name}.ipynb", as_version=4)
+    for c in autograded.cells:
+        if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code":
+            printed = "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+            assert printed.count(": passed.") == 2, printed
+            assert not [o for o in c.outputs if o.output_type == "execute_result"]
+    # The typical-wrong student is told what went wrong, by name; no page loads a remote script.
+    page = html.unescape((course / "feedback" / "wrong" / name / f"{name}.html").read_text(encoding="utf-8"))
+    assert f"not yet ({checks.LESSON_SCALE})" in page or f"not yet ({checks.TEMPERATURE_IGNORED})" in page
+    assert f"not yet ({checks.TEMPERATURE_IGNORED})" in page
+    for student in ("right", "wrong", "blank"):
+        text = (course / "feedback" / student / name / f"{name}.html").read_text(encoding="utf-8")
+        sources = re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", text) + re.findall(
+            r"<link[^>]*\bhref=[\"']([^\"']+)", text)
+        assert sources and not [s for s in sources if re.match(r"(https?:)?//", s)], sources
+        assert "../../../mathjax/MathJax.js" in text
+    # The grades, weighted as docs/teaching.md section 2 says, one row per student of the roster.
+    out = tmp_path / "weighted.csv"
+    assert nbgrader_course.main(["--out", str(course), "--export-grades", str(out)]) == 0
+    with open(out, newline="") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert sorted(rows) == ["absent", "blank", "right", "wrong"]
+    assert rows["right"]["Homework (%)"] == "100.0" and rows["right"]["weighted total (of 100)"] == "50.0"
+    assert rows["wrong"]["Homework (%)"] == "0.0" and rows["absent"]["Homework (%)"] == "0.0"
+    assert rows["right"]["Oral exam (%)"] == "" and rows["right"]["weight graded so far (%)"] == "50"
+    assert rows["right"]["last_name"] == "Right"
