@@ -340,3 +340,92 @@ def test_sdpa_attention_with_no_mask_still_matches_torch():
     for causal in (False, True):
         torch.testing.assert_close(A.sdpa_attention(q, k, v, is_causal=causal),
                                    F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+
+# --- 4. graded checks: torch and the runner cannot be replaced from an answer cell -------------------
+
+def _graded_cell(answer: str, check_call: str = "check_softmax_weights(f)") -> None:
+    """An answer cell, then the nbgrader test cell of a tiny assignment (hidden tests included), in one namespace."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    from tools.nbgrader_course import assignment_notebook
+
+    nb = new_notebook(cells=[new_markdown_cell("# 99 tiny\n"), new_markdown_cell("### Your turn 1: weights"),
+                             new_code_cell("def f(scores):\n    raise NotImplementedError"), new_code_cell(check_call),
+                             new_markdown_cell("<details><summary>Solution</summary>\n\n```python\n"
+                                               "def f(scores):\n    return scores.softmax(-1)\n```\n</details>")])
+    source, _ = assignment_notebook(nb, "99_tiny")
+    test = next(c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade")
+                and not c.metadata["nbgrader"].get("solution")).source
+    namespace: dict = {}
+    exec("import torch\n" + answer, namespace)
+    exec(test.replace("### BEGIN HIDDEN TESTS\n", "").replace("### END HIDDEN TESTS", ""), namespace)
+
+
+WRONG_WEIGHTS = "def f(scores):\n    return scores\n"  # no softmax at all
+TORCH_ATTACKS = {
+    "F.softmax": "import torch.nn.functional as F\nF.softmax = lambda x, dim=None, **k: x\n",
+    "torch.softmax": "torch.softmax = lambda x, dim=None, **k: x\n",
+    "Tensor.softmax": "torch.Tensor.softmax = lambda self, dim=None, **k: self\n",
+    "torch._C._VariableFunctions": "class Fake:\n    def __getattr__(self, name):\n        return lambda *a, **k: True\n"
+                                   "torch._C._VariableFunctions = Fake()\n",
+}
+
+
+@pytest.fixture
+def torch_restored():
+    from gpt_lesson.checks import runner
+
+    yield
+    runner._restore_torch(runner.torch_replacements())
+    assert runner.torch_replacements() == []
+
+
+@pytest.mark.parametrize("attack", list(TORCH_ATTACKS), ids=list(TORCH_ATTACKS))
+def test_replacing_a_torch_function_before_the_graded_cell_fails_it(attack, torch_restored, capsys):
+    with pytest.raises(AssertionError, match="the check or the library was replaced"):
+        _graded_cell(WRONG_WEIGHTS + TORCH_ATTACKS[attack])
+    assert "is not the course's own" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("attack", list(TORCH_ATTACKS), ids=list(TORCH_ATTACKS))
+def test_a_function_that_patches_torch_while_it_is_checked_fails_and_torch_is_put_back(attack, torch_restored):
+    from gpt_lesson import checks
+    from gpt_lesson.checks import runner
+
+    body = "".join("    " + line + "\n" for line in TORCH_ATTACKS[attack].splitlines())
+    namespace: dict = {}
+    exec("import torch\ndef f(scores):\n" + body + "    return scores\n", namespace)
+    result = checks.check_softmax_weights(namespace["f"])
+    assert not result.passed and result.diagnosis == checks.TAMPERED, result.message
+    assert runner.torch_replacements() == []  # put back by the check itself
+
+
+def test_the_runner_fresh_checks_cannot_be_rebound(capsys):
+    import gpt_lesson.checks.runner as runner
+
+    real = runner.fresh_checks
+    with pytest.raises(AttributeError, match="fresh_checks is what graded checks run; it cannot be replaced"):
+        _graded_cell(WRONG_WEIGHTS + "import gpt_lesson.checks.runner as r\nimport types\n"
+                     "r.fresh_checks = lambda: types.SimpleNamespace(check_softmax_weights=lambda *a, **k: None)\n")
+    vars(runner)["fresh_checks"] = lambda: None  # the module's dict is not where the name is read
+    with pytest.raises(AssertionError, match="no softmax|not yet"):
+        _graded_cell(WRONG_WEIGHTS)
+    vars(runner)["fresh_checks"] = real
+    assert runner.fresh_checks is real
+    with pytest.raises(AttributeError, match="cannot be removed"):
+        del runner.library_replacements
+
+
+def test_a_right_answer_still_passes_the_graded_cell(capsys):
+    _graded_cell("def f(scores):\n    return torch.softmax(scores, dim=-1)\n")
+    assert capsys.readouterr().out.count(": passed.") == 2
+
+
+def test_patching_torch_before_an_ungraded_check_changes_no_verdict(monkeypatch):
+    """Outside grading, a session that patched torch.allclose earlier still gets the true verdict."""
+    from gpt_lesson import checks
+
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    assert checks.check_softmax_weights(lambda s: s).diagnosis != checks.TAMPERED
+    assert checks.check_softmax_weights(lambda s: s.softmax(-1)).passed
