@@ -154,7 +154,20 @@ _TORCH_AT_IMPORT = _first_snapshot()
 def torch_replacements() -> list[str]:
     """Names of torch (``torch.softmax``, ``torch.nn.functional.softmax``, ``torch.Tensor.softmax``,
     ``torch._C._VariableFunctions``) that hold another object than when the checks were first imported."""
-    return [name for name, (owner, attr, obj, _) in _TORCH_AT_IMPORT.items() if _static(owner, attr) is not obj]
+    return [name for name, (owner, attr, obj, _) in _TORCH_AT_IMPORT.items()
+            if (now := _static(owner, attr)) is not obj and not _torch_made(now, obj)]
+
+
+def _torch_made(now: object, then: object) -> bool:
+    """Whether ``now``, found where ``then`` was, is torch's own change (torch._dynamo wraps torch.manual_seed
+    when it is first imported): a Python function whose code (not what it wraps) is in torch's folder, or the
+    builtin of the same name."""
+    code = getattr(now, "__code__", None)
+    if isinstance(code, CodeType):
+        return os.path.abspath(code.co_filename).startswith(_TORCH_DIR + os.sep)
+    if isinstance(now, (types.BuiltinFunctionType, types.MethodDescriptorType)):
+        return getattr(now, "__name__", None) == getattr(then, "__name__", "")
+    return False
 
 
 def _restore_torch(names: Iterable[str]) -> None:
