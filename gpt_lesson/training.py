@@ -107,8 +107,6 @@ class TrainConfig:
         for name in ("max_steps", "batch_size", "grad_accum_steps", "eval_interval", "eval_iters"):
             check_positive_int(name, getattr(self, name))
         check_int("warmup_steps", self.warmup_steps, minimum=0)
-        check_int("warmup_steps", self.warmup_steps, maximum=self.max_steps,
-                  rule=f"in [0, max_steps={self.max_steps}]: a warm-up longer than the run never reaches learning_rate")
         check_number("learning_rate", self.learning_rate, minimum=0, min_open=True)
         check_number("min_lr", self.min_lr, minimum=0, maximum=self.learning_rate, allow_none=True,
                      rule=f"in [0, learning_rate={self.learning_rate}], or None for a constant rate")
