@@ -16,7 +16,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .validation import check_positive_int, check_scale, check_tensor
+from .validation import (
+    check_attention_inputs,
+    check_bool,
+    check_device,
+    check_positive_int,
+    check_probability,
+    check_scale,
+    check_tensor,
+)
 
 __all__ = [
     "attention_scores",
@@ -39,13 +47,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float | None = Non
     ``scale=None`` means the standard ``1 / sqrt(d_k)`` with ``d_k = q.size(-1)``;
     pass ``scale=1.0`` for unscaled scores.
     """
-    check_tensor("q", q, min_dim=2)
-    check_tensor("k", k, min_dim=2)
-    if q.size(-1) != k.size(-1):
-        raise ValueError(
-            f"q has last dimension {q.size(-1)} but k has {k.size(-1)}; "
-            "queries and keys must have the same size d_k"
-        )
+    check_attention_inputs(q, k)
     scale = check_scale("scale", scale)
     if scale is None:
         scale = q.size(-1) ** -0.5
@@ -59,7 +61,7 @@ def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tenso
     position ``i`` sees itself and the past, never the future.
     """
     check_positive_int("T", T)
-    return torch.tril(torch.ones(T, T, device=device))
+    return torch.tril(torch.ones(T, T, device=check_device("device", device, allow_none=True)))
 
 
 def padding_mask(lengths: list[int] | torch.Tensor, T: int) -> torch.Tensor:
@@ -69,6 +71,8 @@ def padding_mask(lengths: list[int] | torch.Tensor, T: int) -> torch.Tensor:
     broadcasts over query rows: every query may look at every real key.
     """
     check_positive_int("T", T)
+    if not isinstance(lengths, torch.Tensor) and len(lengths) == 0:  # as_tensor([]) would be float32
+        raise ValueError("lengths=[] is empty: give one length per sequence of the batch")
     lengths = torch.as_tensor(lengths)
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be a 1-D list of sequence lengths, got shape {tuple(lengths.shape)}")
@@ -111,6 +115,11 @@ def weighted_sum(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"weights have {weights.size(-1)} key columns but v has {v.size(-2)} rows; they must match"
         )
+    try:
+        torch.broadcast_shapes(weights.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"weights of shape {tuple(weights.shape)} and v of shape {tuple(v.shape)} have batch "
+                         "dimensions (all but the last two) that do not match; they must be equal (or 1)") from None
     return weights @ v  # (..., T_q, T_k) @ (..., T_k, hs) -> (..., T_q, hs)
 
 
@@ -144,6 +153,7 @@ def naive_attention(
     Returns ``(output, scores, weights)`` where ``scores`` are the scaled scores
     before masking and ``weights`` the post-softmax weights (before dropout).
     """
+    check_attention_inputs(q, k, v)
     scores = attention_scores(q, k, scale)
     masked = apply_mask(scores, mask) if mask is not None else scores
     weights = attention_weights(masked)
@@ -162,12 +172,27 @@ def sdpa_attention(
 ) -> torch.Tensor:
     """PyTorch's fused ``F.scaled_dot_product_attention`` with the same conventions.
 
-    ``mask`` uses the course's convention (1 = visible, 0 = hidden).
+    ``mask`` uses the course's convention (1 = visible, 0 = hidden). With ``is_causal=True`` the
+    causal mask is applied too: a mask given with it (padding, say) is combined with ``tril``, so a
+    position sees what both allow (PyTorch's kernel refuses the pair; the course never drops one).
     """
-    attn_mask = None if mask is None else mask.bool()
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal and attn_mask is None, scale=scale
-    )
+    check_attention_inputs(q, k, v)
+    check_probability("dropout_p", dropout_p)
+    check_bool("is_causal", is_causal)
+    scale = check_scale("scale", scale)
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+    check_tensor("mask", mask, min_dim=1)
+    scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.size(-2), k.size(-2))
+    try:
+        torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+                         f"{scores_shape}") from None
+    attn_mask = mask != 0  # the course's convention, as apply_mask reads it
+    if is_causal:  # the same lower triangle PyTorch's is_causal builds (aligned at the top left)
+        attn_mask = attn_mask & torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
 
 
 def one_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
@@ -180,5 +205,12 @@ def one_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
     check_tensor("q", q, dims=4)
     if q.size(-2) != 1:
         raise ValueError(f"one_query_attention takes one query per head, got q of shape {tuple(q.shape)}")
+    check_attention_inputs(q, k, v)
+    check_scale("scale", scale)
+    return summed_attention(q, k, v, scale)
+
+
+def summed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """:func:`one_query_attention` without its argument checks: what the compiled decode step traces."""
     weights = F.softmax((q * k).sum(-1) * scale, dim=-1)  # (B, nh, L): one score per key
     return (weights.unsqueeze(-1) * v).sum(-2, keepdim=True)  # (B, nh, 1, hs)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import http.client
+import numbers
 import os
 import re
 import secrets
@@ -33,6 +34,8 @@ import torch
 
 from .validation import (
     check_bool,
+    check_device,
+    check_generator,
     check_instance,
     check_int,
     check_longer_than_block,
@@ -108,13 +111,24 @@ class CharTokenizer:
         return [self.stoi[ch] for ch in text]
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
-        """The text for a sequence of ids (a list or a 1-D tensor)."""
+        """The text for a sequence of ids (a list, a 1-D tensor or a 1-D NumPy array; NumPy integers count)."""
         if isinstance(ids, torch.Tensor):
             check_tensor("ids", ids, dims=1)
             ids = ids.tolist()
+        elif type(ids).__module__ == "numpy" and hasattr(ids, "ndim"):  # an array: its items as Python numbers
+            if ids.ndim != 1:
+                raise ValueError(f"ids must be a 1-D sequence of token ids, got an array of shape {ids.shape}")
+            ids = ids.tolist()
         rule = f"in [0, vocab_size={self.vocab_size})"
-        return "".join(self.itos[check_int(f"ids[{n}]", i, minimum=0, maximum=self.vocab_size - 1, rule=rule)]
-                       for n, i in enumerate(ids))
+        return "".join(self.itos[check_int(f"ids[{n}]", _plain_int(i), minimum=0, maximum=self.vocab_size - 1,
+                                           rule=rule)] for n, i in enumerate(ids))
+
+
+def _plain_int(value: object) -> object:
+    """A NumPy integer (``np.int64(3)``) as the Python int it stands for; anything else unchanged."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)) and type(value).__module__ == "numpy":
+        return int(value)
+    return value
 
 
 def cache_dir() -> Path:
@@ -394,6 +408,8 @@ def get_batch(
     check_positive_int("block_size", block_size)
     check_positive_int("batch_size", batch_size)
     check_longer_than_block("data", data, block_size)
+    check_generator("generator", generator)
+    check_device("device", device)
     ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
     offsets = torch.arange(block_size)
     x = data[ix[:, None] + offsets]  # (B, T)

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import one_query_attention
-from .validation import check_instance, check_positive_int
+from .attention import summed_attention
+from .validation import check_device, check_instance, check_memory, check_positive_int
 
 __all__ = ["LayerKVCache", "KVCache", "cached_attention", "cached_forward", "decode_step", "CompiledDecodeStep"]
 
@@ -85,7 +85,12 @@ class KVCache:
         for name, value in [("n_layer", n_layer), ("batch_size", batch_size), ("n_head", n_head),
                             ("head_size", head_size), ("max_len", max_len)]:
             check_positive_int(name, value)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype={dtype!r} must be a floating-point torch.dtype (the model's, e.g. torch.float32)")
+        check_device("device", device, allow_none=True)
         shape = (n_layer, batch_size, n_head, max_len, head_size)
+        nbytes = 2 * n_layer * batch_size * n_head * max_len * head_size * dtype.itemsize
+        check_memory("batch_size", batch_size, nbytes, f"a KV cache of {n_layer} layers x {max_len} positions")
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.layers = [LayerKVCache(self.k[i], self.v[i]) for i in range(n_layer)]
@@ -142,7 +147,7 @@ def cached_attention(sa: nn.Module, x: torch.Tensor, layer: LayerKVCache, summed
     past = layer.length
     k, v = layer.update(k, v)  # every key and value so far: (B, nh, past + T, hs)
     if summed:
-        out = one_query_attention(q, k, v, sa.scale)
+        out = summed_attention(q, k, v, sa.scale)  # one_query_attention, unchecked (traced)
     else:
         # 3-6. New query i sits at position past + i and sees keys 0..past + i: rows past.. of tril. One new
         # query sees every key (no mask); a first chunk, the usual causal mask (which is_causal builds).
@@ -167,6 +172,13 @@ def cached_forward(model: nn.Module, idx: torch.Tensor, cache: KVCache, targets:
                          "call model(idx, targets) without kv_cache")
     c = model.config
     B, T = idx.shape
+    p = None if summed else next(model.parameters())  # (the compiled step's cache was made for its model)
+    kept = getattr(cache, "k", None)  # a cache of another kind (lesson 10's torch.cat one) may keep no buffer
+    kept = (kept.dtype, kept.device) if isinstance(kept, torch.Tensor) else None if p is None else (p.dtype, p.device)
+    if p is not None and (kept != (p.dtype, p.device) or idx.device != p.device):
+        raise ValueError(f"kv_cache holds {kept[0]} on {kept[1]} and idx is on {idx.device}, but the "
+                         f"model is {p.dtype} on {p.device}: they must match; make the cache with "
+                         "KVCache.for_model(model, batch_size=B)")
     if not getattr(c, "causal", True):
         raise ValueError("a KV cache needs a causal model: with causal=False every position sees the later ones, so "
                          "keys and values computed earlier change as tokens are added")

@@ -200,6 +200,7 @@ class GPT(nn.Module):
             if missing:
                 raise TypeError(f"GPT() is missing sizes {missing}; pass all five sizes or a GPTConfig")
             c = GPTConfig(vocab_size, **sizes, **options)  # type: ignore[arg-type]
+        validation.check_model_memory(c)
         self.config = c
         self.token_embedding_table = nn.Embedding(c.vocab_size, c.n_embd)
         self.position_embedding_table = nn.Embedding(c.block_size, c.n_embd)
@@ -222,6 +223,12 @@ class GPT(nn.Module):
     def num_parameters(self) -> int:
         """Number of trainable parameters (the ``tril`` buffers are not parameters)."""
         return sum(p.numel() for p in self.parameters())
+
+    def __call__(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                 kv_cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # The entry point checks the arguments (gpt_lesson.validation), so forward stays the source's.
+        validation.check_model_call(self, idx, targets, IGNORE_INDEX)
+        return super().__call__(idx, targets, kv_cache)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 kv_cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -14,7 +14,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from .kv_cache import CompiledDecodeStep, KVCache, decode_step
-from .validation import check_bool, check_int, check_language_model, check_number, check_tensor, check_token_ids
+from .validation import (
+    check_bool,
+    check_finite_logits,
+    check_generator,
+    check_int,
+    check_language_model,
+    check_memory,
+    check_model_call,
+    check_number,
+    check_tensor,
+    check_token_ids,
+)
 
 __all__ = ["next_token_probs", "sample_next", "generate"]
 
@@ -58,6 +69,7 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     """
     check_tensor("logits", logits, min_dim=1)
     _check_sampling(temperature, top_k, logits.size(-1), top_p)
+    check_finite_logits("logits", logits)
     if temperature == 0:
         return F.one_hot(logits.argmax(dim=-1), logits.size(-1)).to(logits.dtype)
     if temperature < _TINY_TEMPERATURE:
@@ -81,18 +93,24 @@ def sample_next(
     top_p: float | None = None,
 ) -> torch.Tensor:
     """One token id per row of ``logits`` (B, vocab) -> (B, 1)."""
-    if temperature == 0:
+    check_generator("generator", generator)
+    if temperature == 0:  # the same checks as next_token_probs, without its one-hot tensor
         check_tensor("logits", logits, min_dim=1)
         _check_sampling(temperature, top_k, logits.size(-1), top_p)
-        return logits.argmax(dim=-1, keepdim=True)
+        return check_finite_logits("logits", logits).argmax(dim=-1, keepdim=True)
     probs = next_token_probs(logits, temperature, top_k, top_p)
-    try:
-        return torch.multinomial(probs, num_samples=1, generator=generator)
-    except RuntimeError:
-        if not bool(torch.isfinite(logits).all()):  # checked only on failure: the loop stays as fast
-            raise ValueError("logits hold NaN or infinite values, so there is no distribution to sample from; "
-                             "the model's weights or input are broken (a diverged training run?)") from None
-        raise
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
+def _last_logits(output: object, B: int, vocab_size: int) -> torch.Tensor:
+    """The last position's logits of a course model's ``(logits, loss)``; a module that answers otherwise is named."""
+    logits = output[0] if isinstance(output, tuple) and output else None
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or logits.shape[::2] != (B, vocab_size):
+        got = (f"a tuple whose first item is {type(logits).__name__} of shape {tuple(logits.shape)}"
+               if isinstance(logits, torch.Tensor) else f"{type(output).__name__}")
+        raise TypeError(f"model must be a language model of the course: model(idx) must return (logits, loss) with "
+                        f"logits of shape (B={B}, T, vocab_size={vocab_size}), got {got}")
+    return logits[:, -1, :]
 
 
 def generate(
@@ -123,7 +141,9 @@ def generate(
     check_language_model("model", model)
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     vocab_size, block_size = model.config.vocab_size, model.config.block_size
+    check_model_call(model, idx)
     check_token_ids(idx, vocab_size)
+    check_generator("generator", generator)
     check_bool("use_cache", use_cache)
     check_bool("compile", compile)
     if use_cache and not getattr(model.config, "causal", True):
@@ -137,6 +157,8 @@ def generate(
     _check_sampling(temperature, top_k, vocab_size, top_p)
     step = CompiledDecodeStep() if compile else decode_step
     B, T = idx.shape
+    check_memory("max_new_tokens", max_new_tokens, B * (T + max_new_tokens) * idx.element_size(),
+                 f"{B} x {T + max_new_tokens} token ids")
     out = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)  # written in place
     out[:, :T] = idx
     was_training = model.training
@@ -149,13 +171,13 @@ def generate(
             for t in range(T, T + max_new_tokens):
                 context = out[:, max(0, t - block_size):t]  # the last block_size tokens
                 if not use_cache:
-                    logits = model(context)[0][:, -1, :]
+                    logits = _last_logits(model(context), B, vocab_size)
                 elif cache is None or cache.length >= block_size:
                     # Start, or the window is full and slides: every position changes, so rebuild.
                     if cache is None:
                         cache = KVCache.for_model(model, batch_size=B)
                     cache.reset()
-                    logits = model(context, kv_cache=cache)[0][:, -1, :]
+                    logits = _last_logits(model(context, kv_cache=cache), B, vocab_size)
                 else:
                     logits = step(model, next_id, cache)  # only the newest token goes in
                 next_id = sample_next(logits, temperature, top_k, generator, top_p)  # (B, 1)

@@ -29,6 +29,12 @@ __all__ = [
     "check_token_ids",
     "check_longer_than_block",
     "check_language_model",
+    "check_generator",
+    "check_memory",
+    "check_finite_logits",
+    "check_attention_inputs",
+    "check_model_call",
+    "check_model_memory",
 ]
 
 
@@ -158,16 +164,20 @@ def check_path(name: str, value: object, *, allow_none: bool = False) -> Path | 
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
-def check_device(name: str, value: object) -> str:
+def check_device(name: str, value: object, *, allow_none: bool = False) -> str | None:
     """A device this machine has: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"`` (or a ``torch.device``).
 
     Returns it as a string (``torch.device("cpu")`` -> ``"cpu"``), so it can be stored in a
     checkpoint and compared.
     """
+    if value is None and allow_none:
+        return None
     if isinstance(value, torch.device):
         value = str(value)
     if not isinstance(value, str):
-        raise TypeError(f"{name}={value!r} must be a device name such as 'cpu' or 'cuda', got {type(value).__name__}")
+        extra = " (or None)" if allow_none else ""
+        raise TypeError(f"{name}={value!r} must be a device name such as 'cpu' or 'cuda'{extra}, "
+                        f"got {type(value).__name__}")
     try:
         device = torch.device(value)
     except RuntimeError:
@@ -198,6 +208,21 @@ def check_tensor(name: str, value: object, *, dims: int | None = None, min_dim: 
 _INT_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding accepts
 
 
+def _check_ids_kind(name: str, ids: object) -> torch.Tensor:
+    """A (B, T) tensor of integer ids with T >= 1 (its values are not read)."""
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dim() != 2:  # type: ignore[union-attr]
+        raise ValueError(f"{name} must have shape (B, T), got shape {tuple(ids.shape)} "  # type: ignore[union-attr]
+                         f"({ids.dim()} dimensions)")  # type: ignore[union-attr]
+    if ids.dtype not in _INT_DTYPES:  # type: ignore[union-attr]
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}; "  # type: ignore
+                        f"convert with {name}.long()")
+    if ids.size(1) == 0:  # type: ignore[union-attr]
+        raise ValueError(f"{name} has T=0 tokens; give at least one token")
+    return ids  # type: ignore[return-value]
+
+
 def check_token_ids(
     idx: object,
     vocab_size: int,
@@ -211,17 +236,7 @@ def check_token_ids(
     ``name`` is the argument the message blames (``idx`` or ``targets``). With
     ``ignore_index`` set, that value is allowed too (targets to be skipped by the loss).
     """
-    if not isinstance(idx, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(idx).__name__}")
-    if idx.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, T), got shape {tuple(idx.shape)} ({idx.dim()} dimensions)")
-    if idx.dtype not in _INT_DTYPES:
-        raise TypeError(
-            f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}; "
-            f"convert with {name}.long()"
-        )
-    if idx.size(1) == 0:
-        raise ValueError(f"{name} has T=0 tokens; give at least one token")
+    _check_ids_kind(name, idx)
     if block_size is not None and idx.size(1) > block_size:
         raise ValueError(
             f"{name} has sequence length T={idx.size(1)}, longer than block_size={block_size}; "
@@ -258,3 +273,122 @@ def check_language_model(name: str, value: object) -> torch.nn.Module:
         raise TypeError(f"{name} must be a language model of the course (a GPT, with config.vocab_size and "
                         f"config.block_size), got a {type(value).__name__} without them")
     return value
+
+
+def check_generator(name: str, value: object) -> torch.Generator | None:
+    """``None`` (torch's global random state) or a ``torch.Generator`` (``torch.Generator().manual_seed(0)``)."""
+    if value is not None and not isinstance(value, torch.Generator):
+        raise TypeError(f"{name}={value!r:.60} must be a torch.Generator (torch.Generator().manual_seed(seed)) or "
+                        f"None, got {type(value).__name__}")
+    return value
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine can hand out now (psutil's ``available``, else ``os.sysconf``)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except (ImportError, OSError):  # psutil is optional: the pages free, as the kernel counts them
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _bytes_text(n: int) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= size:
+            return f"{n:,} bytes ({n / size:.1f} {unit})"
+    return f"{n:,} bytes"
+
+
+def check_memory(name: str, value: object, nbytes: int, what: str) -> int:
+    """Raise a ``ValueError`` before allocating when ``what`` (asked for by ``name=value``) needs more bytes than
+    this machine has available now. Nothing is checked while building on the meta device (no memory is used)."""
+    if torch.get_default_device().type == "meta":
+        return nbytes
+    free = available_memory()
+    if nbytes > free:
+        raise ValueError(f"{name}={value} asks for {what}: {_bytes_text(nbytes)}, more than the "
+                         f"{_bytes_text(free)} of memory available on this machine; make {name} smaller")
+    return nbytes
+
+
+def check_finite_logits(name: str, logits: torch.Tensor) -> torch.Tensor:
+    """Raise unless every row of ``logits`` is a distribution's logits: no NaN, no +inf, not all -inf.
+
+    -inf alone is allowed (a token ruled out, as top-k does). Every decoding path (greedy, sampling,
+    top-k, top-p, with or without a KV cache) calls this, so a broken model is refused the same way.
+    """
+    if bool(torch.isfinite(logits).all()):  # the usual case, one pass
+        return logits
+    bad = torch.isnan(logits) | (logits == float("inf"))
+    empty = (logits == float("-inf")).all(dim=-1)
+    if bool(bad.any()) or bool(empty.any()):
+        what = "NaN or +inf" if bool(bad.any()) else "a row where every value is -inf: no token is possible"
+        raise ValueError(f"{name} hold NaN or infinite values, so there is no distribution to choose a token from "
+                         f"({what}); every row must be finite numbers, -inf only for tokens ruled out. The model's "
+                         "weights or input are broken (a diverged training run?)")
+    return logits
+
+
+def check_attention_inputs(q: object, k: object, v: object | None = None) -> None:
+    """q, k (and v) for attention: tensors of one dtype and device, with batch dimensions that broadcast,
+    q and k of the same size d_k, and as many values as keys."""
+    named = [("q", q), ("k", k)] + ([] if v is None else [("v", v)])
+    for name, t in named:
+        check_tensor(name, t, min_dim=2)
+    for name, t in named[1:]:
+        if t.dtype != q.dtype or t.device != q.device:  # type: ignore[union-attr]
+            raise ValueError(f"{name} is {t.dtype} on {t.device} but q is {q.dtype} on {q.device}; "  # type: ignore
+                             "q, k and v must have one dtype and one device")
+        try:
+            torch.broadcast_shapes(q.shape[:-2], t.shape[:-2])  # type: ignore[union-attr]
+        except RuntimeError:
+            raise ValueError(f"q of shape {tuple(q.shape)} and {name} of shape {tuple(t.shape)} "  # type: ignore
+                             "have batch dimensions (all but the last two) that do not match; "
+                             "they must be equal (or 1)") from None
+    if q.size(-1) != k.size(-1):  # type: ignore[union-attr]
+        raise ValueError(f"q has last dimension {q.size(-1)} but k has {k.size(-1)}; "  # type: ignore[union-attr]
+                         "queries and keys must have the same size d_k")
+    if v is not None and v.size(-2) != k.size(-2):  # type: ignore[union-attr]
+        raise ValueError(f"k has {k.size(-2)} positions but v has {v.size(-2)}; "  # type: ignore[union-attr]
+                         "every key needs its value")
+
+
+def check_model_call(model: torch.nn.Module, idx: object, targets: object = None, ignore_index: int = -100) -> None:
+    """The arguments of ``model(idx, targets)`` for a course model: ``idx`` (B, T) integer token ids on the
+    model's device, ``targets`` of the same shape with at least one target the loss does not skip.
+
+    Only kinds, shapes and devices are checked, never the ids themselves (no min/max: no device sync per
+    call; an id outside the vocabulary is PyTorch's ``IndexError``), except the one test that would
+    otherwise give a NaN loss, "every target skipped", which is read on the CPU only.
+    """
+    _check_ids_kind("idx", idx)
+    param = next(model.parameters(), None)
+    if param is not None and idx.device != param.device:  # type: ignore[union-attr]
+        raise ValueError(f"idx is on {idx.device} but the model is on {param.device}; "  # type: ignore[union-attr]
+                         f"move it with idx.to({str(param.device)!r})")
+    if targets is None:
+        return
+    _check_ids_kind("targets", targets)
+    if targets.shape != idx.shape or targets.device != idx.device:  # type: ignore[union-attr]
+        raise ValueError(f"targets of shape {tuple(targets.shape)} on {targets.device} must have idx's shape "  # type: ignore
+                         f"{tuple(idx.shape)} on {idx.device}: one target per position")  # type: ignore[union-attr]
+    if targets.device.type == "cpu" and bool((targets == ignore_index).all()):  # type: ignore[union-attr]
+        raise ValueError(f"targets are all ignore_index={ignore_index}: the loss would average over no tokens "
+                         "(NaN); give at least one target that is a token id")
+
+
+def check_model_memory(config: object) -> None:
+    """Refuse, before any allocation, a GPT of ``config`` larger than the memory available now, naming the size
+    that asks for the most (the embedding tables and lm_head: ``vocab_size``; the position table and the causal
+    masks: ``block_size``; the blocks: ``n_layer``)."""
+    c, itemsize = config, torch.get_default_dtype().itemsize
+    C = c.n_embd  # type: ignore[attr-defined]
+    numbers = {
+        "vocab_size": 2 * c.vocab_size * C + c.vocab_size,  # type: ignore[attr-defined]
+        "block_size": c.block_size * C + c.n_layer * c.block_size ** 2,  # type: ignore[attr-defined]
+        "n_layer": c.n_layer * (12 * C * C + 13 * C),  # type: ignore[attr-defined]
+    }
+    name = max(numbers, key=numbers.get)  # type: ignore[arg-type]
+    total = sum(numbers.values())
+    check_memory(name, getattr(c, name), itemsize * total, f"a GPT of {total:,} numbers (weights and masks)")

@@ -57,6 +57,7 @@ import random
 import re
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -105,11 +106,87 @@ from .verdicts import (
 _ATOL, _RTOL = 1e-5, 1e-4  # the tolerance of every comparison
 CALL_TIMEOUT = 30.0  # seconds one call of the learner's function may take (GPT_LESSON_CHECK_TIMEOUT overrides)
 
-# Bound at import, from torch's C extension types (immutable: no assignment can replace their functions).
-_VF = torch._C._VariableFunctions
-_TB = torch._C.TensorBase
-_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
-_PLAIN_TENSOR = torch.Tensor
+_MISSING = object()
+# The torch namespaces whose functions and classes the checks and the references use: what an answer cell
+# could replace (torch.softmax, F.softmax, Tensor.softmax, torch._C._VariableFunctions, ...) to make a
+# reference agree with it. Their objects are captured once, when the checks are first imported.
+_TORCH_NAMESPACES = {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor, "torch.nn": nn,
+                     "torch.special": torch.special, "torch.linalg": torch.linalg, "torch._C": torch._C}
+
+
+def _static(owner: object, name: str) -> object:
+    """``owner.name`` as stored (no descriptor run): the class in the MRO that holds it, or the module's dict."""
+    for holder in (owner.__mro__ if isinstance(owner, type) else (owner,)):
+        found = vars(holder).get(name, _MISSING)
+        if found is not _MISSING:
+            return found
+    return _MISSING
+
+
+def _torch_snapshot() -> dict[str, tuple[object, str, object, bool]]:
+    """Every public callable of :data:`_TORCH_NAMESPACES`: ``{"torch.softmax": (owner, name, object, own)}``,
+    ``own`` telling whether the owner itself holds it (not a base class)."""
+    snapshot = {}
+    for label, owner in _TORCH_NAMESPACES.items():
+        names = ({n for k in owner.__mro__ for n in vars(k)} if isinstance(owner, type) else set(vars(owner)))
+        for name in names:
+            if name.startswith("__"):
+                continue
+            obj = _static(owner, name)
+            if callable(obj) or isinstance(obj, (staticmethod, classmethod)) or name == "_VariableFunctions":
+                own = name in vars(owner)
+                snapshot[f"{label}.{name}"] = (owner, name, obj, own)
+    return snapshot
+
+
+def _first_snapshot() -> dict[str, tuple[object, str, object, bool]]:
+    """The snapshot of the first import of this module; a fresh copy (:func:`fresh_checks`) inherits it, so it
+    compares with torch as it was before any answer cell ran, not as it is when the copy is made."""
+    first = sys.modules.get(f"{__name__.split('.')[0]}.checks.runner")
+    bound = vars(first).get("_TORCH_AT_IMPORT") if first is not None else None
+    same_file = getattr(first, "__file__", None) == __file__
+    return bound if same_file and isinstance(bound, dict) and bound else _torch_snapshot()
+
+
+_TORCH_AT_IMPORT = _first_snapshot()
+
+
+def torch_replacements() -> list[str]:
+    """Names of torch (``torch.softmax``, ``torch.nn.functional.softmax``, ``torch.Tensor.softmax``,
+    ``torch._C._VariableFunctions``) that hold another object than when the checks were first imported."""
+    return [name for name, (owner, attr, obj, _) in _TORCH_AT_IMPORT.items()
+            if (now := _static(owner, attr)) is not obj and not _torch_made(now, obj)]
+
+
+def _torch_made(now: object, then: object) -> bool:
+    """Whether ``now``, found where ``then`` was, is torch's own change (torch._dynamo wraps torch.manual_seed
+    when it is first imported): a Python function whose code (not what it wraps) is in torch's folder, or the
+    builtin of the same name."""
+    code = getattr(now, "__code__", None)
+    if isinstance(code, CodeType):
+        return os.path.abspath(code.co_filename).startswith(_TORCH_DIR + os.sep)
+    if isinstance(now, (types.BuiltinFunctionType, types.MethodDescriptorType)):
+        return getattr(now, "__name__", None) == getattr(then, "__name__", "")
+    return False
+
+
+def _restore_torch(names: Iterable[str]) -> None:
+    """Put back what :func:`torch_replacements` found (an answer that patched torch while it was checked)."""
+    for name in names:
+        owner, attr, obj, own = _TORCH_AT_IMPORT[name]
+        if own:
+            setattr(owner, attr, obj)
+        elif attr in vars(owner):
+            delattr(owner, attr)
+
+
+# Bound at import, from torch's C extension types (immutable: no assignment can replace their functions),
+# taken from the first import's snapshot: a fresh copy made after torch._C._VariableFunctions was replaced
+# still compares with the real one.
+_VF = _TORCH_AT_IMPORT["torch._C._VariableFunctions"][2]
+_TB = _TORCH_AT_IMPORT["torch._C.TensorBase"][2]
+_NO_TORCH_FUNCTION = _TORCH_AT_IMPORT["torch._C.DisableTorchFunction"][2]
+_PLAIN_TENSOR = _TORCH_AT_IMPORT["torch.Tensor"][2] if "torch.Tensor" in _TORCH_AT_IMPORT else torch.Tensor
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 _CHECKS_DIR = Path(__file__).resolve().parent
 _PACKAGE_DIR = _CHECKS_DIR.parent
@@ -1017,12 +1094,20 @@ def learner_check(check: Callable[..., CheckResult]) -> Callable[..., CheckResul
         current = _RULES.get()
         rules = Rules(current.without + _rule_names(check.__name__, "without", without),
                       current.using + _rule_names(check.__name__, "using", using))
-        token = _RULES.set(rules)
-        try:
-            with isolated():
-                result = check(*args, **kwargs)
-        finally:
-            _RULES.reset(token)
+        before = torch_replacements()
+        if strict and before:  # graded: never against a torch function replaced in this session
+            result = _tampered(before)
+        else:
+            token = _RULES.set(rules)
+            try:
+                with isolated():
+                    result = check(*args, **kwargs)
+            finally:
+                _RULES.reset(token)
+            during = [name for name in torch_replacements() if name not in before]
+            if during:  # the learner's function patched torch while it was checked: put it back, fail
+                _restore_torch(during)
+                result = _tampered(during)
         if strict and not result.passed:
             raise AssertionError(result.message)
         return result
@@ -1086,6 +1171,11 @@ def library_replacements() -> list[str]:
     return found
 
 
+def _tampered(replaced: Sequence[str]) -> CheckResult:
+    """The verdict when the library or torch holds code from this session (printed as every verdict is)."""
+    return Verdict("graded check").failed(TAMPERED, say(MESSAGES["tampered"], what=", ".join(replaced[:3])))
+
+
 def fresh_checks() -> Any:
     """A fresh copy of :mod:`gpt_lesson.checks`, executed from its files (not taken from ``sys.modules``).
 
@@ -1094,11 +1184,9 @@ def fresh_checks() -> Any:
     library as it is now, so a library function replaced by code from the notebook makes it fail (printed,
     and raised as ``AssertionError``): the grade never rests on a reference the learner wrote.
     """
-    replaced = library_replacements()
+    replaced = library_replacements() + torch_replacements()
     if replaced:
-        verdict = Verdict("graded check")
-        result = verdict.failed(TAMPERED, say(MESSAGES["tampered"], what=", ".join(replaced[:3])))
-        raise AssertionError(result.message)
+        raise AssertionError(_tampered(replaced).message)
     import importlib.util
 
     name = f"{_PACKAGE_DIR.name}._graded_checks_{next(_fresh_copies)}"
@@ -1128,10 +1216,38 @@ def randn(g: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=g)
 
 
+class _GuardedModule(types.ModuleType):
+    """This module's type: what graded test cells import from it cannot be rebound from a notebook cell.
+
+    ``runner.fresh_checks = lambda: fake`` raises; writing into ``vars(runner)`` changes nothing either,
+    since the names below are read through the type. (In-process grading has limits all the same:
+    docs/teaching.md §7.)
+    """
+
+    fresh_checks = property(lambda self: _GUARDED["fresh_checks"])
+    library_replacements = property(lambda self: _GUARDED["library_replacements"])
+    torch_replacements = property(lambda self: _GUARDED["torch_replacements"])
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _GUARDED:
+            raise AttributeError(f"{self.__name__}.{name} is what graded checks run; it cannot be replaced")
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in _GUARDED:
+            raise AttributeError(f"{self.__name__}.{name} is what graded checks run; it cannot be removed")
+        super().__delattr__(name)
+
+
+_GUARDED = {"fresh_checks": fresh_checks, "library_replacements": library_replacements,
+            "torch_replacements": torch_replacements}
+sys.modules[__name__].__class__ = _GuardedModule
+
+
 __all__ = [
     "CALL_TIMEOUT", "RULES", "Diagnose", "Forbidden", "OnError", "Outcome", "Rule", "Rules", "Step", "call",
     "call_timeout", "clone_args", "close", "exception_text", "exercise_rules", "expected_got", "first_differing_step",
-    "fmt_row", "fresh_checks", "int_kind_problem", "library_replacements", "is_whole_number", "isolated", "judge_tensor", "kind_of", "learner_check",
+    "fmt_row", "fresh_checks", "int_kind_problem", "library_replacements", "torch_replacements", "is_whole_number", "isolated", "judge_tensor", "kind_of", "learner_check",
     "match_variant", "permuted_dims", "randn", "require_callable", "resolve", "run_cases", "run_value_cases",
     "screen", "seeded", "tensor_kind_problem", "whole",
 ]

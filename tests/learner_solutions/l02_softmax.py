@@ -152,3 +152,34 @@ def halved_scores(scores):
 @EX.wrong("WRONG_TYPE")
 def returns_numpy(scores):
     return F.softmax(scores, dim=-1).numpy()
+
+
+# Attacks on the checker (issue 28): the answer replaces torch so that the reference agrees with it. The check
+# sees torch change while it ran, puts it back and names it (gpt_lesson.checks.runner.torch_replacements).
+@EX.wrong("TAMPERED", says="torch.nn.functional.softmax")
+def replaces_f_softmax(scores):
+    F.softmax = lambda x, dim=None, **kwargs: x
+    return scores
+
+
+@EX.wrong("TAMPERED", says="torch.softmax")
+def replaces_torch_softmax(scores):
+    torch.softmax = lambda x, dim=None, **kwargs: x
+    return scores
+
+
+@EX.wrong("TAMPERED", says="torch.Tensor.softmax")
+def replaces_tensor_softmax(scores):
+    torch.Tensor.softmax = lambda self, dim=None, **kwargs: self
+    return scores
+
+
+class _AgreeWithEverything:
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: True
+
+
+@EX.wrong("TAMPERED", says="torch._C._VariableFunctions")
+def replaces_variable_functions(scores):
+    torch._C._VariableFunctions = _AgreeWithEverything()
+    return scores
