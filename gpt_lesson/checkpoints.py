@@ -34,7 +34,7 @@ from .data import write_atomically
 from .model import GPT, GPTConfig
 from .validation import check_device, check_instance, check_path
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "non_finite_tensors", "check_file_path",
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "non_finite_tensors",
            "check_writable_file", "write_bytes_atomically", "weights_digest"]
 
 
@@ -52,15 +52,6 @@ class CheckpointError(ValueError):
                       "lesson 09's model is retrained by gpt_lesson.shakespeare.load_trained()")
         super().__init__(f"cannot load the checkpoint {path}: {problem}. {advice}")
         self.path, self.problem = path, problem
-
-
-def check_file_path(name: str, value: object, *, allow_none: bool = False) -> Path | None:
-    """:func:`gpt_lesson.validation.check_path`, and no NUL byte (the OS cannot open such a name)."""
-    path = check_path(name, value, allow_none=allow_none)
-    if path is not None and "\0" in str(path):
-        raise ValueError(f"{name}={str(path)!r} holds a NUL byte (\\x00): no file can have that name; "
-                         "a path is text without NUL characters")
-    return path
 
 
 def check_writable_file(name: str, path: Path, what: str) -> Path:
@@ -158,7 +149,7 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, extra: dict | None = No
     ``weights_only`` loading could not read back: an existing file at ``path`` is then left as
     it was. The file is complete or absent, never half-written.
     """
-    path = check_file_path("path", path)  # type: ignore[assignment]
+    path = check_path("path", path)  # type: ignore[assignment]
     check_instance("model", model, GPT)
     extra = {} if extra is None else check_instance("extra", extra, dict)  # type: ignore[assignment]
     _check_plain("extra", extra)
@@ -334,7 +325,7 @@ def load_checkpoint(path: str | os.PathLike, model: GPT | None = None, device: s
     (``causal``, ``attn_scale``); ``dropout`` and ``attn_impl`` may differ. Any problem raises
     :class:`CheckpointError` naming the file.
     """
-    path = check_file_path("path", path)  # type: ignore[assignment]
+    path = check_path("path", path)  # type: ignore[assignment]
     check_instance("model", model, GPT, allow_none=True)
     device = check_device("device", device)
     if path.is_dir():

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import check_file_path, write_bytes_atomically
+from .checkpoints import write_bytes_atomically
 from .data import CharTokenizer, cache_dir, load_tiny_shakespeare, sha256_of, train_val_split
 from .i18n import _
 from .model import GPT, GPTConfig
@@ -42,7 +42,7 @@ from .training import (
     set_seed,
     train,
 )
-from .validation import check_bool, check_instance
+from .validation import check_bool, check_instance, check_path
 
 __all__ = [
     "SHAKESPEARE_CONFIG",
@@ -192,7 +192,7 @@ def _check_settings(config: object, train_config: object, path: object) -> tuple
     """The defaults filled in and every argument checked."""
     config = SHAKESPEARE_CONFIG if config is None else check_instance("config", config, GPTConfig)
     train_config = TRAIN_CONFIG if train_config is None else check_instance("train_config", train_config, TrainConfig)
-    path = checkpoint_path() if path is None else check_file_path("path", path)
+    path = checkpoint_path() if path is None else check_path("path", path)
     return config, train_config, path  # type: ignore[return-value]
 
 

@@ -26,7 +26,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from . import distributed
-from .checkpoints import check_file_path, check_writable_file, write_bytes_atomically
+from .checkpoints import check_writable_file, write_bytes_atomically
 from .data import (
     CACHE_ENV,
     DATA_ENV,
@@ -38,7 +38,7 @@ from .data import (
 )
 from .model import GPT, GPTConfig
 from .training import History, TrainConfig, train
-from .validation import check_int, check_positive_int
+from .validation import check_int, check_path, check_positive_int
 
 __all__ = ["InjectedFailure", "build_parser", "check_args", "check_sizes", "load_tokens", "run", "main",
            "median_step_seconds", "timed_steps"]
@@ -113,11 +113,11 @@ def check_args(args: argparse.Namespace) -> None:
             check_positive_int("--" + option.replace("_", "-"), getattr(args, option))
     check_int("--fail-rank", args.fail_rank, minimum=0)
     for option in ("data", "checkpoint", "history"):
-        check_file_path("--" + option, getattr(args, option), allow_none=True)
+        check_path("--" + option, getattr(args, option), allow_none=True)
     _check_distinct_files(args)
     for option, what in (("checkpoint", "the checkpoint"), ("history", "the history")):
         if getattr(args, option) is not None:  # found now, not after the run
-            check_writable_file("--" + option, check_file_path("--" + option, getattr(args, option)), what)
+            check_writable_file("--" + option, check_path("--" + option, getattr(args, option)), what)
     # The sizes and the training settings, as the library checks them (vocab_size is not known yet);
     # an error names the option too: "--lr: learning_rate=inf must be a finite number (> 0)".
     try:
@@ -203,7 +203,7 @@ def load_tokens(path: str | None, max_chars: int | None) -> tuple[torch.Tensor, 
     if path is None:
         text = load_tiny_shakespeare()
     else:
-        file = check_file_path("--data", path)
+        file = check_path("--data", path)
         if not file.is_file():  # type: ignore[union-attr]
             raise FileNotFoundError(f"--data {file}: no such file")
         raw = file.read_bytes()  # type: ignore[union-attr]
@@ -223,7 +223,7 @@ def load_tokens(path: str | None, max_chars: int | None) -> tuple[torch.Tensor, 
 
 def _write_json_atomically(path: str, payload: dict) -> None:
     data = json.dumps(payload, indent=1).encode("utf-8")
-    write_bytes_atomically(check_file_path("--history", path), data, "the history")  # type: ignore[arg-type]
+    write_bytes_atomically(check_path("--history", path), data, "the history")  # type: ignore[arg-type]
 
 
 def run(args: argparse.Namespace, ctx: distributed.DistContext,

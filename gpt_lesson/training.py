@@ -31,7 +31,6 @@ from tqdm.auto import tqdm
 from . import distributed
 from .checkpoints import (
     CheckpointError,
-    check_file_path,
     check_writable_file,
     load_checkpoint,
     non_finite_tensors,
@@ -47,6 +46,7 @@ from .validation import (
     check_language_model,
     check_longer_than_block,
     check_number,
+    check_path,
     check_positive_int,
     check_tensor,
     check_token_ids,
@@ -124,7 +124,7 @@ class TrainConfig:
         check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         object.__setattr__(self, "device", check_device("device", self.device))
         check_bool("progress", self.progress)
-        path = check_file_path("checkpoint_path", self.checkpoint_path, allow_none=True)
+        path = check_path("checkpoint_path", self.checkpoint_path, allow_none=True)
         # A str: checkpoints hold no Path objects.
         object.__setattr__(self, "checkpoint_path", None if path is None else str(path))
         if self.batch_size % self.grad_accum_steps:

@@ -149,7 +149,7 @@ def check_instance(name: str, value: object, kind: type | tuple[type, ...], *, a
 
 
 def check_path(name: str, value: object, *, allow_none: bool = False) -> Path | None:
-    """A file path given as a ``str`` or ``os.PathLike``, with ``~`` expanded; never empty."""
+    """A file path given as a ``str`` or ``os.PathLike``, with ``~`` expanded; never empty, no NUL byte."""
     if value is None and allow_none:
         return None
     if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
@@ -158,6 +158,9 @@ def check_path(name: str, value: object, *, allow_none: bool = False) -> Path | 
     text = os.fspath(value)
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{name}={value!r} must be a file path, got an empty name")
+    if "\0" in text:
+        raise ValueError(f"{name}={text!r} holds a NUL byte (\\x00): no file can have that name; "
+                         "a path is text without NUL characters")
     return Path(os.path.expanduser(text))
 
 

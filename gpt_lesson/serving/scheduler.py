@@ -251,7 +251,8 @@ class Scheduler:
         rows = sum(len(t) for t in new_tokens.values())
         if new_tokens:
             batch = make_batch(self.cache, new_tokens)
-            next_ids = paged_forward(self.model, self.cache, batch).argmax(dim=-1).tolist()  # greedy
+            logits = validation.check_finite_logits("logits", paged_forward(self.model, self.cache, batch))
+            next_ids = logits.argmax(dim=-1).tolist()  # greedy
             now = self._now()
             for rid, token in zip(batch.seq_ids, next_ids):
                 s = self.running[rid]

@@ -29,10 +29,10 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.transforms import offset_copy
 
-from ..checkpoints import check_file_path, write_bytes_atomically
+from ..checkpoints import write_bytes_atomically
 from ..i18n import language
 from ..runtime import one_thread
-from ..validation import check_choice
+from ..validation import check_choice, check_path
 from .html_view import html_view
 from .labels import labels_for
 
@@ -268,7 +268,7 @@ class ExplorerWidget(anywidget.AnyWidget):
         """Write the static picture of what the explorer shows now to ``path`` (a .png file); returns the path."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        path = check_file_path("path", path)
+        path = check_path("path", path)
         if path.suffix.lower() != ".png":
             raise ValueError(f"path={str(path)!r} must end in .png: save_png writes a PNG image")
         if not path.parent.is_dir():
