@@ -734,7 +734,7 @@ def test_the_two_none_options_are_translated_apart():
     with language("zh"):
         mask_none, scaling_none = labels_module.label("mask", "mask_none"), labels_module.label("scaling", "scaling_none")
         assert C_("no such context", "none") == "none"  # no catalogue entry: the English text
-    assert (mask_none, scaling_none) == ("不做掩码", "不缩放")
+    assert (mask_none, scaling_none) == ("不遮住", "不缩放")
     assert labels_module.label("mask", "mask_none") == labels_module.label("scaling", "scaling_none") == "none"
     assert problems("zh") == []
 
