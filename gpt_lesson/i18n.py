@@ -32,7 +32,7 @@ from pathlib import Path
 from .validation import check_instance
 
 __all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "set_language", "get_language", "language",
-           "normalize_language", "catalogue_path", "translations", "_", "N_"]
+           "normalize_language", "catalogue_path", "translations", "_", "N_", "C_"]
 
 LANGUAGES = ("en", "zh")
 LANG_ENV = "GPT_LESSON_LANG"
@@ -117,6 +117,15 @@ def _(message: str) -> str:
     if language == "en":
         return message
     return translations(str(language)).gettext(message)
+
+
+def C_(context: str, message: str) -> str:
+    """``message`` in the current language, translated in ``context`` (gettext's pgettext, the catalogue's
+    msgctxt): for one English word that needs two translations, as the mask's "none" and the scaling's."""
+    language = _state["language"]
+    if language == "en":
+        return message
+    return translations(str(language)).pgettext(context, message)
 
 
 def _language_from_environment(environ: dict[str, str] | os._Environ = os.environ) -> str:

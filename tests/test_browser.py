@@ -22,9 +22,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import torch
 
 from tools.jupyter_browser import (
     CHROMIUM,
+    KERNEL_IDLE,
     LATENCY_SINCE,
     PAINT_COUNT,
     PROBE,
@@ -44,7 +46,7 @@ pytestmark = pytest.mark.browser
 
 PAINTED = """() => {
   const roots = [...document.querySelectorAll('[data-explorer]')];
-  return roots.length === 3 && roots.every((r) => Number(r.dataset.paints || 0) > 0);
+  return roots.length === 4 && roots.every((r) => Number(r.dataset.paints || 0) > 0); // 3 explorers, 1 switch
 }"""
 # A digest of a canvas's pixels: changes when the picture changes.
 CANVAS_DIGEST = """async (selector) => {
@@ -108,6 +110,22 @@ def _show(page, selector: str):
     return loc.bounding_box()
 
 
+def _notebook_copy(tmp_path: Path) -> Path:
+    """A folder holding a copy of notebooks/explorers.ipynb (the repository's notebook is never modified)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _collect_errors(page, errors: list[str]) -> None:
+    """Console errors (a missing resource aside) and uncaught page errors go to ``errors``."""
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" and "Failed to load resource"
+            not in m.text else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+
+
 @pytest.fixture(scope="module")
 def course_model(shakespeare_path):
     """The model notebooks/explorers.ipynb shows: lesson 09's trained model, loaded the same way here."""
@@ -138,6 +156,7 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
     _chromium_or_skip()
     from explorer_readouts import attention_lines, mask_lines, scaling_line
 
+    from gpt_lesson import GPT
     from gpt_lesson.viz import token_labels
     from gpt_lesson.widgets import AttentionExplorer
     from gpt_lesson.widgets.labels import label
@@ -192,6 +211,29 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
         # -- attention: read-outs as Python writes them -------------------------------------------
         assert _readout(page, "attention") == attention_lines(mirror.view)
         heat = f"{att} canvas[data-part=heatmap]"
+        # the model switch (issue 30 item 3): the same model before training, every setting kept
+        sw = "[data-explorer=switch] [data-control=model]"
+        torch.manual_seed(1337)  # the notebook's untrained model
+        before = AttentionExplorer(GPT(model.config), tokenizer, SAMPLE, layer=0, head=2, query=20)
+        trained_picture = page.evaluate(CANVAS_DIGEST, heat)
+        for index, view in ((1, before.view), (0, mirror.view)):
+            started_switch = time.monotonic()
+            page.locator(f"{sw} [data-value='{index}']").click()
+            while _readout(page, "attention") != attention_lines(view):
+                assert time.monotonic() - started_switch < 10, (index, _readout(page, "attention"))
+                page.wait_for_timeout(20)
+            latencies.setdefault("model switch (new view)", []).append(1000 * (time.monotonic() - started_switch))
+            assert page.locator(f"{sw} [data-value='{index}']").get_attribute("aria-pressed") == "true"
+            assert "query 20 " in _text(page, f"{att} [data-control=selection]")
+            if index == 1:
+                assert page.evaluate(CANVAS_DIGEST, heat) != trained_picture
+                page.locator(f"{att} [data-control=stage] [data-value=raw]").click()  # a control of the shown one...
+                page.wait_for_timeout(300)
+                assert kernel_output(page, "print(attention.stage, before.stage)").split() == ["raw", "raw"]  # ...both
+                page.locator(f"{att} [data-control=stage] [data-value=weights]").click()
+        page.wait_for_timeout(300)
+        assert page.evaluate(CANVAS_DIGEST, heat) == trained_picture
+        page.wait_for_function(f"() => !document.querySelector('{att} textarea').readOnly", timeout=30_000)
         digest = page.evaluate(CANVAS_DIGEST, heat)
         for stage in ("raw", "scaled", "masked", "weights"):
             timed("attention stage", lambda s=stage: page.locator(f"{att} [data-control=stage] [data-value={s}]").click())
@@ -380,18 +422,13 @@ def test_keys_stay_inside_every_control(tmp_path, shakespeare_path):
     control carries data-lm-suppress-shortcuts); Esc gives the focus back to the notebook, where the
     same keys work again (the check that this test could fail: b there inserts a cell)."""
     _chromium_or_skip()
-    root = tmp_path / "root"
-    root.mkdir()
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    root = _notebook_copy(tmp_path)
     errors: list[str] = []
     tried: dict[str, list[str]] = {}
     with jupyterlab(root, tmp_path, env={"GPT_LESSON_DATA": str(shakespeare_path)}) as lab, \
             chromium(tmp_path / "profile", (1400, 900)) as context:
         page = context.new_page()
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" and "Failed to load resource"
-                not in m.text else None)
-        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+        _collect_errors(page, errors)
         open_notebook(page, lab, NOTEBOOK.name)
         run_all(page)
         page.wait_for_function(PAINTED, timeout=60_000)
@@ -401,8 +438,9 @@ def test_keys_stay_inside_every_control(tmp_path, shakespeare_path):
         # a setting that enables every control (the colours need a signed stage, the real tokens a padding
         # mask, tau the temperature): set again before each control, since the arrows change settings
         enable = {"attention": "[data-control=stage] [data-value=scaled]", "mask": "[data-control=mask] [data-value=padding]",
-                  "scaling": "[data-control=scaling] [data-value=temperature]"}
-        for kind in ("attention", "mask", "scaling"):
+                  "scaling": "[data-control=scaling] [data-value=temperature]",
+                  "switch": "[data-control=model] [data-value='0']"}
+        for kind in ("switch", "attention", "mask", "scaling"):
             _show(page, f"[data-explorer={kind}]")
             page.locator(f"[data-explorer={kind}] {enable[kind]}").click()
             for n in page.evaluate(FOCUSABLE, kind):
@@ -431,8 +469,8 @@ def test_keys_stay_inside_every_control(tmp_path, shakespeare_path):
         assert len(page.evaluate(NOTEBOOK_CELLS)) == len(cells) + 1
     print("\nkeys tried on:", json.dumps(tried))
     # every control: text, 4 layers, 4 heads and all, 4 stages, 2 colours, clear, heatmap; T, real tokens,
-    # 4 masks; d_k, 3 scalings, tau
-    assert {k: len(v) for k, v in tried.items()} == {"attention": 18, "mask": 6, "scaling": 5}, tried
+    # 4 masks; d_k, 3 scalings, tau; the model switch's 2 buttons
+    assert {k: len(v) for k, v in tried.items()} == {"attention": 18, "mask": 6, "scaling": 5, "switch": 2}, tried
     assert not errors, errors
 
 
@@ -496,3 +534,119 @@ def test_missing_chromium_skips_or_fails_when_required(monkeypatch, tmp_path):
     monkeypatch.setenv("GPT_LESSON_REQUIRE_BROWSER", "1")
     with pytest.raises(pytest.fail.Exception, match="apt-get install chromium"):
         _chromium_or_skip()
+
+
+# Text drawn on a canvas that leaves it (clipped), recorded as it is drawn: fillText is wrapped before
+# the page loads, and each text whose box (its glyphs' extent, through the current transform, rotated
+# labels too, in the canvas's device pixels) passes an edge is kept in window.__clipped.
+CANVAS_CLIP_PROBE = """(() => {
+  const fill = CanvasRenderingContext2D.prototype.fillText;
+  window.__clipped = [];
+  CanvasRenderingContext2D.prototype.fillText = function (text, x, y, ...rest) {
+    const s = String(text);
+    if (s.trim() && this.canvas && this.canvas.width) {
+      const m = this.measureText(s), w = m.width, align = this.textAlign;
+      const x0 = align === "center" ? x - w / 2 : align === "right" || align === "end" ? x - w : x;
+      const up = m.actualBoundingBoxAscent, down = m.actualBoundingBoxDescent, t = this.getTransform();
+      const corners = [[x0, y - up], [x0 + w, y - up], [x0, y + down], [x0 + w, y + down]]
+        .map(([u, v]) => [t.a * u + t.c * v + t.e, t.b * u + t.d * v + t.f]);
+      const xs = corners.map((p) => p[0]), ys = corners.map((p) => p[1]), k = t.a * t.a + t.b * t.b > 0 ? 1 : 0;
+      const W = this.canvas.width, H = this.canvas.height;
+      if (k && (Math.min(...xs) < -1 || Math.max(...xs) > W + 1 || Math.min(...ys) < -1 || Math.max(...ys) > H + 1)) {
+        const root = this.canvas.closest("[data-explorer]");
+        window.__clipped.push({ text: s, x: xs.map(Math.round), y: ys.map(Math.round), width: W, height: H,
+          explorer: root ? root.dataset.explorer : "?" });
+      }
+    }
+    return fill.call(this, text, x, y, ...rest);
+  };
+})()"""
+# Elements of an explorer whose own text carries a digit and does not fit: cut by an overflow box or an
+# ellipsis (scrollWidth > clientWidth), or reaching past the explorer's right edge.
+DOM_CLIPPED = """(kind) => {
+  const root = document.querySelector(`[data-explorer=${kind}]`), edge = root.getBoundingClientRect().right;
+  const out = [];
+  for (const el of root.querySelectorAll('*')) {
+    const own = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join('');
+    if (!/[0-9]/.test(own) || !el.getClientRects().length) continue;
+    const st = getComputedStyle(el), r = el.getBoundingClientRect();
+    const boxed = st.overflowX !== 'visible' || st.textOverflow === 'ellipsis';
+    if ((boxed && el.scrollWidth > el.clientWidth + 1) || r.right > edge + 1) {
+      out.push({ text: own.slice(0, 60), sw: el.scrollWidth, cw: el.clientWidth, right: Math.round(r.right),
+                 edge: Math.round(edge) });
+    }
+  }
+  return out;
+}"""
+FILE_BROWSER_OPEN = "() => { const fb = document.querySelector('#filebrowser'); return !!fb && fb.offsetWidth > 0; }"
+
+
+def test_no_number_clipped_compact_layout_and_restart_hint(tmp_path, shakespeare_path):
+    """Issue 30 items 6, 7 and 5, in JupyterLab with the file browser open: at 1400x900 and 1024x768 no
+    text carrying a number is clipped in any explorer (DOM text boxes, and canvas text drawn past the
+    canvas's edge); under 1100 px the attention explorer takes its compact layout, and with a query picked
+    it fits the notebook's visible area (the answer to a click stays above the fold). Then the kernel is
+    restarted: editing the text says "run this cell again" instead of waiting for ever."""
+    _chromium_or_skip()
+    from gpt_lesson.widgets.labels import label
+
+    root = _notebook_copy(tmp_path)
+    errors: list[str] = []
+    measured: dict[str, dict] = {}
+    with jupyterlab(root, tmp_path, env={"GPT_LESSON_DATA": str(shakespeare_path)}) as lab, \
+            chromium(tmp_path / "profile", (1400, 900)) as context:
+        context.add_init_script(CANVAS_CLIP_PROBE)
+        page = context.new_page()
+        _collect_errors(page, errors)
+        open_notebook(page, lab, NOTEBOOK.name)
+        if not page.evaluate(FILE_BROWSER_OPEN):
+            page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
+        page.wait_for_function(FILE_BROWSER_OPEN, timeout=10_000)
+        run_all(page)
+        page.wait_for_function(PAINTED, timeout=60_000)
+        att = "[data-explorer=attention]"
+        page.wait_for_function(f"() => !document.querySelector('{att} textarea').readOnly", timeout=30_000)
+        # settings whose read-outs are longest: the step-through of a picked cell, the NaN explanation,
+        # the scaling's panel titles at d_k = 1024 without scaling
+        _show(page, "[data-explorer=mask]")
+        page.locator("[data-explorer=mask] [data-control=mask] [data-value='causal+padding']").click()
+        page.evaluate(SET_RANGE, ["[data-explorer=mask] input[data-control=n_real]", 0])
+        _show(page, "[data-explorer=scaling]")
+        page.evaluate(SET_RANGE, ["[data-explorer=scaling] input[data-control=d_k]", 10])
+        page.locator("[data-explorer=scaling] [data-control=scaling] [data-value=none]").click()
+        for width, height in ((1400, 900), (1024, 768)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(800)
+            assert page.evaluate(FILE_BROWSER_OPEN)
+            room = page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').clientHeight")
+            for kind in ("switch", "attention", "mask", "scaling"):
+                _show(page, f"[data-explorer={kind}]")
+                page.wait_for_timeout(300)
+                clipped = page.evaluate(DOM_CLIPPED, kind)
+                assert not clipped, (kind, width, clipped)
+                page.locator(f"[data-explorer={kind}]").screenshot(path=str(ARTIFACTS / f"fit_{kind}_{width}x{height}.png"))
+            # a query picked (the notebook picks query 20): the explorer's height after it, against the room
+            size = page.locator(att).evaluate("(e) => ({ h: e.offsetHeight, w: e.offsetWidth })")
+            compact = page.evaluate(f"() => document.querySelector('{att}').clientWidth < 1100")
+            measured[f"{width}x{height}"] = {**size, "room": room, "compact": compact}
+            assert _text(page, f"{att} [data-part=dot]")  # the step-through is shown
+            assert size["h"] <= room, (width, height, size, room)
+            clip = page.evaluate("() => window.__clipped")
+            assert not clip, (width, clip)
+        assert measured["1024x768"]["compact"]  # the notebook is narrower than 1100 px there
+
+        # -- a kernel restart: the text box says to run the cell again --------------------------------
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+        page.wait_for_timeout(1000)
+        page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+        _show(page, att)
+        page.locator(f"{att} textarea").fill("To be, or not")
+        assert label("attention", "running_model") in _text(page, f"{att} [data-part=busy]")
+        page.wait_for_function(f"() => document.querySelector('{att}').dataset.stale === 'true'"
+                               f" && document.querySelector('{att} textarea').readOnly", timeout=15_000)
+        assert _text(page, f"{att} [data-part=message]") == label("attention", "kernel_lost")
+        assert _text(page, f"{att} [data-part=busy]") == ""  # no longer "running the model..."
+        page.locator(att).screenshot(path=str(ARTIFACTS / "attention_after_restart.png"))
+    print("\nattention explorer with a query picked (px):", json.dumps(measured))
+    assert not errors, errors

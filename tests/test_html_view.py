@@ -225,11 +225,12 @@ def test_nbconvert_page_works_offline(tmp_path, shakespeare_path, monkeypatch):
             continue
         with contextlib.redirect_stdout(io.StringIO()):  # the cells' own prints
             value = _run_cell(cell.source, namespace)
-        if value is not None and hasattr(value, "html_view"):
+        shown = getattr(value, "shown", value)  # a ModelSwitch: its HTML view is the shown explorer's
+        if value is not None and hasattr(shown, "html_view"):
             data, metadata = formatter.format(value)
             assert WIDGET_VIEW in data and "text/html" in data
             cell.outputs = [nbformat.v4.new_output("display_data", data=data, metadata=metadata)]
-            explorers[value.kind] = value
+            explorers[shown.kind] = shown
     assert list(explorers) == ["attention", "mask", "scaling"]
     page_html, _ = HTMLExporter().from_notebook_node(nb)  # no widget state: the widget views are left out
     assert "html-manager" not in page_html and "widget-state+json" not in page_html

@@ -701,6 +701,7 @@ def test_every_label_the_browser_asks_for_is_in_the_table(kind):
 
 def test_every_label_goes_through_the_translation_function(monkeypatch):
     monkeypatch.setattr(labels_module, "_", lambda s: "«" + s + "»")
+    monkeypatch.setattr(labels_module, "C_", lambda context, s: "«" + s + "»")  # the two "none" (msgctxt)
     for kind in ("attention", "mask", "scaling"):
         assert all(v.startswith("«") and v.endswith("»") for v in labels_for(kind).values())
     assert label("mask", "verdict_none") == "«nothing leaks»"
@@ -720,3 +721,69 @@ def test_explorers_show_their_controls_where_no_widget_can_be_drawn(model, tok):
         "AttentionExplorer(text='to be or not', layer=0, head=0, stage='weights', query=3, key=None, colors='shared')")
     long = text + " again"  # 46 characters: the repr shows the first 37
     assert f"text={long[:37] + '...'!r}," in repr(AttentionExplorer(model, tok, long))
+
+
+def test_the_two_none_options_are_translated_apart():
+    """Issue 27 item 2: the mask's "none" and the scaling's "none" are one English word with two
+    meanings; each carries its context (msgctxt), so the Chinese buttons say what they do."""
+    from gpt_lesson.i18n import C_, language
+    from tools.i18n import extract, problems
+
+    contexts = sorted(m.context for m in extract() if m.id == "none")
+    assert contexts == ["mask", "scaling"]
+    with language("zh"):
+        mask_none, scaling_none = labels_module.label("mask", "mask_none"), labels_module.label("scaling", "scaling_none")
+        assert C_("no such context", "none") == "none"  # no catalogue entry: the English text
+    assert (mask_none, scaling_none) == ("不遮住", "不缩放")
+    assert labels_module.label("mask", "mask_none") == labels_module.label("scaling", "scaling_none") == "none"
+    assert problems("zh") == []
+
+
+def test_model_switch_links_every_control_and_shows_one_explorer(model, tok):
+    """Issue 30 item 3: a trained/untrained switch. The second explorer takes the first one's settings,
+    every control is linked in the page (jslink: works without a kernel), the buttons drive the Stack,
+    and a page without widgets gets the shown explorer's HTML view."""
+    import ipywidgets
+
+    from gpt_lesson.widgets import ModelSwitch
+
+    torch.manual_seed(5)
+    other = GPT(model.config)
+    a = AttentionExplorer(model, tok, "to be or not", layer=1, head=2, stage="scaled", query=4, key=1)
+    b = AttentionExplorer(other, tok, "the")
+    switch = ModelSwitch({"trained": a, "untrained": b})
+    assert (b.text, b.layer, b.head, b.stage, b.query, b.key) == ("to be or not", 1, 2, "scaled", 4, 1)
+    assert b.view["cell"]["query"] == 4 and b.model_runs == 2  # "the", then the first explorer's text
+    assert not torch.equal(a.view["matrix"], b.view["matrix"])  # two models, one cell compared
+    linked = {(link.source[1], link.target[0] is b) for link in switch.links[1:]}
+    assert linked == {(t, True) for t in ("text", "layer", "head", "stage", "colors", "query", "key")}
+    assert switch.links[0].source == (switch.buttons, "index") and switch.links[0].target == (switch.stack, "selected_index")
+    assert isinstance(switch.stack, ipywidgets.Stack) and switch.stack.children == (a, b)
+    assert switch.buttons.names == ["trained", "untrained"] and switch.shown is a
+    switch.buttons.index = 1
+    assert switch.shown is b
+    data, _ = switch._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data and data["text/html"] == b.html_view()
+
+
+@pytest.mark.parametrize("explorers, error, words", [
+    ([], TypeError, "must be a dict"),
+    ({}, ValueError, "at least 2 models"),
+    ({"": None, "b": None}, ValueError, "non-empty str"),
+    ({"a": 1, "b": 2}, TypeError, r"explorers\['a'\] must be an AttentionExplorer, got int"),
+])
+def test_model_switch_bad_inputs(explorers, error, words):
+    from gpt_lesson.widgets import ModelSwitch
+
+    with pytest.raises(error, match=words):
+        ModelSwitch(explorers)
+
+
+def test_model_switch_needs_the_same_layers_and_heads(model, tok):
+    from gpt_lesson.widgets import ModelSwitch
+
+    torch.manual_seed(0)
+    small = GPT(tok.vocab_size, n_embd=16, n_head=2, n_layer=1, block_size=64)
+    a, b = AttentionExplorer(model, tok, "to be"), AttentionExplorer(small, tok, "to be")
+    with pytest.raises(ValueError, match=r"explorers\['b'\] has 1 layers of 2 heads, explorers\['a'\] 2 of 4"):
+        ModelSwitch({"a": a, "b": b})

@@ -36,7 +36,7 @@ def extract() -> Catalog:
                       copyright_holder="the gpt-lesson contributors", creation_date=FIXED_DATE,
                       revision_date=FIXED_DATE)
     for filename, lineno, message, comments, context in extract_from_dir(
-            str(PACKAGE), method_map=[("**.py", "python")], keywords={"_": None, "N_": None}, comment_tags=("TRANSLATORS:",)):
+            str(PACKAGE), method_map=[("**.py", "python")], keywords={"_": None, "N_": None, "C_": ((1, "c"), 2)}, comment_tags=("TRANSLATORS:",)):
         catalog.add(message, locations=[(f"gpt_lesson/{filename}", lineno)], auto_comments=comments, context=context)
     return catalog
 
@@ -76,22 +76,28 @@ def problems(language: str) -> list[str]:
     if not path.is_file():
         return [f"no catalogue at {path.relative_to(ROOT)}: run python -m tools.i18n update"]
     catalog = _read(path, language)
-    wanted = {m.id for m in extract() if m.id}
-    have = {m.id: m for m in catalog if m.id}
-    for msgid in sorted(wanted - set(have)):
-        out.append(f"missing from {language}: {msgid!r} (run python -m tools.i18n update, then translate)")
-    for msgid in sorted(wanted & set(have)):
-        message = have[msgid]
+    # a message is its text and its context (msgctxt): C_("mask", "none") and C_("scaling", "none") are two
+    wanted = {(m.id, m.context or "") for m in extract() if m.id}
+    have = {(m.id, m.context or ""): m for m in catalog if m.id}
+    for key in sorted(wanted - set(have)):
+        out.append(f"missing from {language}: {_name(key)} (run python -m tools.i18n update, then translate)")
+    for key in sorted(wanted & set(have)):
+        message, msgid = have[key], key[0]
         if not message.string:
-            out.append(f"untranslated in {language}: {msgid!r}")
+            out.append(f"untranslated in {language}: {_name(key)}")
         elif message.fuzzy:
-            out.append(f"fuzzy (unchecked) in {language}: {msgid!r}")
+            out.append(f"fuzzy (unchecked) in {language}: {_name(key)}")
         elif fields(message.string) != fields(msgid):
-            out.append(f"{language} translation of {msgid!r} has fields {sorted(fields(message.string))}, "
+            out.append(f"{language} translation of {_name(key)} has fields {sorted(fields(message.string))}, "
                        f"the English has {sorted(fields(msgid))}")
-    for msgid in sorted(set(have) - wanted):
-        out.append(f"stale in {language} (no longer in the code): {msgid!r}")
+    for key in sorted(set(have) - wanted):
+        out.append(f"stale in {language} (no longer in the code): {_name(key)}")
     return out
+
+
+def _name(key: tuple[str, str]) -> str:
+    msgid, context = key
+    return f"{msgid!r} (msgctxt {context!r})" if context else repr(msgid)
 
 
 def main(argv: list[str] | None = None) -> int:

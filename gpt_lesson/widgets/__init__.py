@@ -4,7 +4,8 @@
   typed text, stage by stage (raw scores, scaled, masked, softmax weights);
 * :class:`MaskExplorer` / :func:`draw_mask_view`: the ``tril`` mask, ``masked_fill(-inf)``,
   the leak to future positions and the NaN of a fully masked row;
-* :class:`ScalingExplorer` / :func:`draw_scaling_view`: why q.k is divided by sqrt(d_k).
+* :class:`ScalingExplorer` / :func:`draw_scaling_view`: why q.k is divided by sqrt(d_k);
+* :class:`ModelSwitch`: attention explorers of several models (trained, untrained) behind one switch.
 
 Each explorer is an ``anywidget`` widget: Python computes what needs the model or random draws
 and sends it once; the browser module (``static/*.mjs``) computes the cheap stages and draws,
@@ -13,12 +14,12 @@ working without a kernel. ``view`` holds the numbers Python computed for the cur
 the static functions draw the same view with matplotlib, and ``save_png(path)`` writes it.
 Nothing is loaded from the network.
 """
-from .attention_explorer import AttentionExplorer, draw_attention_view
+from .attention_explorer import AttentionExplorer, ModelSwitch, draw_attention_view
 from .mask_explorer import MaskExplorer, draw_mask_view, mask_view_data
 from .scaling_explorer import ScalingExplorer, draw_scaling_view, scaling_view_data
 
 __all__ = [
-    "AttentionExplorer", "MaskExplorer", "ScalingExplorer",
+    "AttentionExplorer", "MaskExplorer", "ScalingExplorer", "ModelSwitch",
     "draw_attention_view", "draw_mask_view", "draw_scaling_view",
     "mask_view_data", "scaling_view_data",
 ]

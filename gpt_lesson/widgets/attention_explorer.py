@@ -11,6 +11,8 @@ import math
 import textwrap
 from collections import OrderedDict
 
+import anywidget
+import ipywidgets
 import numpy as np
 import torch
 import traitlets
@@ -36,7 +38,7 @@ from .attention_data import (
 from .labels import label
 
 __all__ = ["STAGES", "COLOR_SCALES", "AttentionData", "encode_text", "attention_view_data", "attention_payload",
-           "AttentionPainter", "draw_attention_view", "AttentionExplorer"]
+           "AttentionPainter", "draw_attention_view", "AttentionExplorer", "ModelSwitch"]
 
 COLOR_SCALES = ("shared", "own")  # the signed stages on one colour scale (the raw scores'), or each on its own
 
@@ -402,3 +404,74 @@ class AttentionExplorer(ExplorerWidget):
         with one_thread():
             self.view = attention_view_data(self.data, self.layer, self.head, self.stage, query, key)
         self.view["colors"] = self.colors
+
+
+class _SwitchButtons(anywidget.AnyWidget):
+    """The buttons of :class:`ModelSwitch` (``js/src/switch.mjs``): one per model, keys kept inside."""
+
+    _esm = esm("switch")
+    _css = CSS
+    names = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    tips = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    label = traitlets.Unicode().tag(sync=True)
+    index = traitlets.Int(0).tag(sync=True)
+
+
+class ModelSwitch(ipywidgets.VBox):
+    """Attention explorers of several models behind one switch, e.g. a trained model and the same
+    model before training: ``ModelSwitch({"trained": a, "untrained": b})``.
+
+    One button per model shows that model's explorer; the text, layer, head, stage, colours, query and
+    key are linked between the explorers in the page (``jslink``), so a switch keeps every setting and
+    the same cell is compared. Switching and the linked controls work without a kernel (an exported
+    page); editing the text runs every model. The models must have the same number of layers and heads.
+    ``shown`` is the explorer on screen.
+    """
+
+    def __init__(self, explorers: dict[str, AttentionExplorer]) -> None:
+        if not isinstance(explorers, dict):
+            raise TypeError(f"explorers must be a dict of name -> AttentionExplorer, got {type(explorers).__name__}")
+        if len(explorers) < 2:
+            raise ValueError(f"explorers must name at least 2 models to switch between, got {len(explorers)}")
+        for name, explorer in explorers.items():
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"each model's name must be a non-empty str (its button's label), got {name!r}")
+            if not isinstance(explorer, AttentionExplorer):
+                raise TypeError(f"explorers[{name!r}] must be an AttentionExplorer, got {type(explorer).__name__}")
+        names = list(explorers)
+        first = explorers[names[0]]
+        shape = (first.model.config.n_layer, first.model.config.n_head)
+        for name in names[1:]:
+            other = explorers[name]
+            cfg = other.model.config
+            if (cfg.n_layer, cfg.n_head) != shape:
+                raise ValueError(f"explorers[{name!r}] has {cfg.n_layer} layers of {cfg.n_head} heads, "
+                                 f"explorers[{names[0]!r}] {shape[0]} of {shape[1]}: the switch keeps the layer "
+                                 "and head, so every model needs the same numbers")
+            for trait in _SWITCHED:  # the first explorer's settings (the text first: positions depend on it)
+                setattr(other, trait, getattr(first, trait))
+        self.explorers = dict(explorers)
+        self.buttons = _SwitchButtons(names=names, tips=[label("attention", "tip_model")] * len(names),
+                                      label=label("attention", "model"))
+        self.stack = ipywidgets.Stack(children=list(explorers.values()), selected_index=0)
+        self.links = [ipywidgets.jslink((self.buttons, "index"), (self.stack, "selected_index"))]
+        self.links += [ipywidgets.jslink((first, trait), (explorers[name], trait))
+                       for name in names[1:] for trait in _SWITCHED]
+        super().__init__(children=[self.buttons, self.stack])
+        self.add_class("gpt-lesson-model-switch")
+
+    @property
+    def shown(self) -> AttentionExplorer:
+        """The explorer the switch shows now."""
+        return list(self.explorers.values())[self.buttons.index]
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget view, and for pages without widgets the HTML view of the explorer shown now."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        return {**data, "text/html": self.shown.html_view()}, metadata
+
+
+_SWITCHED = ("text", "layer", "head", "stage", "colors", "query", "key")  # what ModelSwitch keeps across models

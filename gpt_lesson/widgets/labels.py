@@ -9,7 +9,7 @@ front end.
 """
 from __future__ import annotations
 
-from ..i18n import _
+from ..i18n import C_, _
 
 __all__ = ["labels_for", "label"]
 
@@ -37,6 +37,8 @@ def _attention() -> dict[str, str]:
                          "text. Every other control still works."),
         "tip_text_static": _("Editing the text needs a running Python kernel; every other control works here."),
         "layer": _("layer"),
+        "model": _("model"),
+        "tip_model": _("Show the explorer of this model: every control is kept"),
         "tip_layer": _("Show the attention of layer {i}"),
         "head": _("head"),
         "all_heads": _("all"),
@@ -124,7 +126,7 @@ def _mask() -> dict[str, str]:
         "tip_real_tokens": _("Real tokens before the padding (padding masks only)"),
         "mask": _("mask"),
         "mask_causal": _("causal"),
-        "mask_none": _("none"),
+        "mask_none": C_("mask", "none"),
         "mask_padding": _("padding"),
         "mask_causal+padding": _("causal+padding"),
         "tip_mask_causal": _("tril: each query sees itself and the past"),
@@ -163,7 +165,7 @@ def _scaling() -> dict[str, str]:
         "d_k": _("d_k"),
         "tip_d_k": _("Head size d_k: the length of q and k"),
         "scaling": _("scaling"),
-        "scaling_none": _("none"),
+        "scaling_none": C_("scaling", "none"),
         "scaling_sqrt": _("1/√d_k"),
         "scaling_temperature": _("1/(√d_k·τ)"),
         "tip_scaling_none": _("Use q·k as it is"),

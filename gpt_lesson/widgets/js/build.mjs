@@ -13,7 +13,7 @@ import * as esbuild from "esbuild";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const src = join(here, "src");
-const ENTRIES = ["attention", "mask", "scaling", "html_view"];
+const ENTRIES = ["attention", "mask", "scaling", "switch", "html_view"];
 
 // sha256 over package.json and every file of src/, in name order: "name\0content\0" each
 export function sourcesDigest() {

@@ -12,7 +12,7 @@ import {
 export { fmt, formatValue } from "./core.mjs"; // for the tests: the label table's formatting
 
 const STAGES = ["raw", "scaled", "masked", "weights"];
-const HEAT_MARGIN = { l: 34, r: 58, t: 4, b: 34 };
+const HEAT_MARGIN = { l: 34, r: 62, t: 4, b: 34 }; // r: the colour bar, its ticks and its label
 const TRANSITION_MS = 180;
 const TRAITS = ["text", "layer", "head", "stage", "query", "key", "colors", "payload", "labels"];
 
@@ -292,7 +292,7 @@ class AttentionView {
     const W = Math.max(360, (this.width || this.root.clientWidth || 900) - 10); // inside the padding
     const winH = viewHeight(), M = HEAT_MARGIN;
     this.compact = W < 1100 || winH < 800;
-    const beside = W >= 600;
+    const beside = W >= (this.compact ? 500 : 600); // compact: the step-through stays beside the heatmap
     this.sideW = beside ? Math.max(230, Math.min(420, W * (this.compact ? 0.4 : 0.42))) : W - 10;
     const room = beside ? W - this.sideW - 14 : W;
     // the heatmap, the side panels and the read-outs fit the window's height with the controls above them
@@ -392,8 +392,12 @@ class AttentionView {
     colorbarGradient(ctx, x, y, 10, hgt, cmap);
     ctx.strokeStyle = "#888"; ctx.strokeRect(x + 0.5, y + 0.5, 10, hgt - 1);
     ctx.fillStyle = "#333"; ctx.textAlign = "left"; ctx.textBaseline = "middle";
-    for (const v of ticks(lo, hi, 4)) ctx.fillText(tickText(v), x + 13, y + hgt * (1 - (v - lo) / (hi - lo)));
-    ctx.save(); ctx.translate(x + 52, y + hgt / 2); ctx.rotate(Math.PI / 2); ctx.textAlign = "center";
+    // the end ticks' labels stay inside the canvas (the top one sat 1.5 px above it)
+    for (const v of ticks(lo, hi, 4)) {
+      ctx.fillText(tickText(v), x + 13, Math.max(y + 5, Math.min(y + hgt - 5, y + hgt * (1 - (v - lo) / (hi - lo)))));
+    }
+    // the label's glyphs end 6 px inside the canvas (at x + 52 half of them fell off its right edge)
+    ctx.save(); ctx.translate(x + 44, y + hgt / 2); ctx.rotate(Math.PI / 2); ctx.textAlign = "center";
     ctx.fillText(label, 0, 0); ctx.restore();
   }
 
@@ -633,7 +637,9 @@ class AttentionView {
     if (this.side.firstChild !== P.step[0]) this.side.replaceChildren(...P.step);
     const c = cellStep(data, s.layer, s.head, query, key), T = data.T, d = data.d;
     this.step = { c, data, layer: s.layer, head: s.head };
-    const w = this.sideW, ph = Math.round(Math.max(70, Math.min(120, (this.S - 100) / 3)));
+    // compact: the three charts and their titles no taller than the heatmap beside them
+    const w = this.sideW, ph = Math.round(this.compact ? Math.max(48, Math.min(120, (this.S - 140) / 3))
+      : Math.max(70, Math.min(120, (this.S - 100) / 3)));
     const margin = { l: 50, r: 8, t: 6, b: 26 };
     // 1. the query's weights over the keys; the weights of a long row are small: the scale follows the largest
     const top = Math.min(1, niceTop(1.1 * rowStat(data, "max_weight", s.layer, s.head, query)));

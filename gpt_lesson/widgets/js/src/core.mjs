@@ -400,6 +400,16 @@ export function tickText(v) {
 }
 
 // A small chart: a frame with x and y scales, ticks and axis titles.
+// Shrink the context's font so that text is at most room px wide; returns half its width (+1 px).
+function fitFont(c, text, room) {
+  const w = c.measureText(text).width;
+  if (w > room) {
+    const px = parseFloat(c.font.match(/([\d.]+)px/)?.[1]) || 11;
+    c.font = c.font.replace(/[\d.]+px/, `${Math.floor(px * room / w)}px`);
+  }
+  return c.measureText(text).width / 2 + 1;
+}
+
 export class Chart {
   constructor(canvas, w, h, margin = { l: 44, r: 10, t: 8, b: 34 }) {
     this.ctx = sizeCanvas(canvas, w, h);
@@ -448,9 +458,16 @@ export class Chart {
       c.strokeStyle = "#999"; c.beginPath(); c.moveTo(b.x - 3, y); c.lineTo(b.x, y); c.stroke();
       c.fillText(yText(v), b.x - 5, y);
     }
-    if (xLabel) { c.textAlign = "center"; c.textBaseline = "bottom"; c.fillText(xLabel, b.x + b.w / 2, this.h - 1); }
+    if (xLabel) { // centred under the plot, moved (a narrow chart: shrunk) so that it stays inside the canvas
+      c.save(); c.textAlign = "center"; c.textBaseline = "bottom";
+      const half = fitFont(c, xLabel, this.w - 2);
+      c.fillText(xLabel, Math.max(half, Math.min(this.w - half, b.x + b.w / 2)), this.h - 1); c.restore();
+    }
     if (yLabel) {
-      c.save(); c.translate(10, b.y + b.h / 2); c.rotate(-Math.PI / 2);
+      // centred on the plot, moved (a short chart: shrunk) so that it stays inside the canvas
+      c.save();
+      const half = fitFont(c, yLabel, this.h - 2);
+      c.translate(10, Math.max(half, Math.min(this.h - half, b.y + b.h / 2))); c.rotate(-Math.PI / 2);
       c.textAlign = "center"; c.textBaseline = "middle"; c.fillText(yLabel, 0, 0); c.restore();
     }
     return this;
