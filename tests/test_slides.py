@@ -26,6 +26,7 @@ from tools import slide_metrics, slides
 from tools.exercises import find_exercises, without_magics
 from tools.slide_metrics import BODY_MIN_PX, CHROMIUM, CODE_MIN_PX, measure_deck, open_browser, screenshot_slide
 from tools.slides import (
+    FONT_FAMILIES,
     VendorError,
     answer_kind,
     build_decks,
@@ -690,6 +691,38 @@ def test_chinese_deck_is_readable_from_the_back_row(browser_context, tmp_path, n
     assert _readability_problems(m) == []
     html = deck.html.read_text(encoding="utf-8")
     assert sum("\u4e00" <= ch <= "\u9fff" for ch in html) > 500  # the Chinese text is on the slides
+    if name == "02_attention":
+        fonts = _frame_fonts_after_late_explorer_css(ctx, deck.html)
+        assert fonts, "no explorer frame in the deck"
+        for body, code in fonts:
+            assert body.startswith(FONT_FAMILIES["body"]), body
+            assert code is None or code == FONT_FAMILIES["code"], code
+
+
+# The explorer's script adds its style sheet to the frame when it runs, which on a slow machine is after
+# the deck gave the frame its fonts (CI failed so, with 107 characters drawn as boxes). Add the explorer's
+# sheet again, last, and read the font of each explorer and of its token strip or text box.
+_LATE_CSS_JS = """(css) => [...document.querySelectorAll('.reveal iframe')].flatMap(frame => {
+  const doc = frame.contentDocument, root = doc && doc.querySelector('.gl-explorer');
+  if (!root) return [];
+  const late = doc.createElement('style');
+  late.textContent = css;
+  doc.head.append(late);
+  const code = root.querySelector('.gl-strip, textarea');
+  return [[getComputedStyle(root).fontFamily, code ? getComputedStyle(code).fontFamily : null]];
+})"""
+
+
+def _frame_fonts_after_late_explorer_css(ctx, deck: Path) -> list[tuple[str, str | None]]:
+    """(explorer font, code font or None) of every explorer frame, with the quotes as FONT_FAMILIES writes them."""
+    from gpt_lesson.widgets._common import CSS
+
+    page, _ = slide_metrics._open(ctx, deck, [])
+    try:
+        got = page.evaluate(_LATE_CSS_JS, CSS)
+    finally:
+        page.close()
+    return [tuple(f.replace("'", '"') if f else f for f in pair) for pair in got]
 
 
 # --------------------------------------------------------------------------------------------

@@ -234,7 +234,10 @@ require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
     fonts.rel = "stylesheet";
     fonts.href = new URL("vendor/%(fonts_css)s", document.baseURI).href;
     var stack = doc.createElement("style");
-    stack.textContent = ".gl-explorer { font-family: %(body_font_js)s, system-ui, sans-serif; }";
+    // The explorer adds its own style sheet when its script runs, which may be after this one: the
+    // selectors are more specific than the explorer's, so the deck's fonts win in either order.
+    stack.textContent = "html body .gl-explorer { font-family: %(body_font_js)s, system-ui, sans-serif; }" +
+      " html body .gl-explorer .gl-strip, html body .gl-explorer textarea { font-family: %(code_font_js)s; }";
     (doc.head || doc.documentElement).append(fonts, stack);
     doc.addEventListener("keydown", function (event) {
       var action = KEYS[event.key];
@@ -766,7 +769,8 @@ def _make_exporter(template_dir: Path, lecture: bool = False):
                            "code_font": FONT_FAMILIES["code"]}
     (template_dir / _TEMPLATE_NAME / "index.html.j2").write_text(_TEMPLATE_INDEX % {
         "fonts_css": _FONTS_CSS, "css": css, "hide": _HIDE_INPUT, "reveal": _REVEAL_PREFIX,
-        "lecture_css": _LECTURE_CSS if lecture else "", "body_font_js": FONT_FAMILIES["body"].replace('"', "'")})
+        "lecture_css": _LECTURE_CSS if lecture else "", "body_font_js": FONT_FAMILIES["body"].replace('"', "'"),
+        "code_font_js": FONT_FAMILIES["code"].replace('"', "'")})
     exporter = SlidesExporter(
         extra_template_basedirs=[str(template_dir)],
         template_name=_TEMPLATE_NAME,
