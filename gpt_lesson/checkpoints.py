@@ -3,7 +3,7 @@
 * :func:`save_checkpoint` writes atomically (:func:`gpt_lesson.data.write_atomically`: a temp file
   renamed into place, so a good file is never replaced by half of one), refuses NaN or infinite
   weights, stores only what ``torch.load(weights_only=True)`` reads back, and stores a sha256 of
-  every tensor and of the config (``"digest"``); a full disk is an error naming the file.
+  every tensor, of the config and of the extra values (``"digest"``); a full disk is an error naming the file.
 * :func:`load_checkpoint` first checks the zip archive's CRC-32 of every member (``testzip``) and
   names what a file is when it is no checkpoint (a legacy .tar file, junk in front of a zip);
   it reads with ``weights_only=True`` and checks everything before it builds a model (the digest
@@ -112,10 +112,26 @@ def _tensor_digest(t: torch.Tensor) -> str:
     return h.hexdigest()
 
 
-def weights_digest(state: dict[str, torch.Tensor], config: dict) -> dict:
-    """sha256 of every tensor (dtype, shape and bytes) and of the config: ``{"config": hex, "model": {name: hex}}``."""
-    return {"config": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
-            "model": {name: _tensor_digest(t) for name, t in state.items()}}
+def _plain_form(value: object) -> object:
+    """A JSON-able form of a plain checkpoint value that tells apart what ``==`` would not (1 and 1.0 and True,
+    a list and a tuple, the key order aside): the input of the ``extra`` digest."""
+    if isinstance(value, torch.Tensor):
+        return ["tensor", _tensor_digest(value)]
+    if isinstance(value, dict):
+        return ["dict", sorted([repr(k), _plain_form(v)] for k, v in value.items())]
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        return [type(value).__name__, [_plain_form(v) for v in value]]
+    return [type(value).__name__, repr(value)]
+
+
+def weights_digest(state: dict[str, torch.Tensor], config: dict, extra: dict | None = None) -> dict:
+    """sha256 of every tensor (dtype, shape and bytes), of the config and of ``extra`` (when given):
+    ``{"config": hex, "model": {name: hex}, "extra": hex}``."""
+    digest = {"config": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+              "model": {name: _tensor_digest(t) for name, t in state.items()}}
+    if extra is not None:
+        digest["extra"] = hashlib.sha256(json.dumps(_plain_form(extra)).encode()).hexdigest()
+    return digest
 
 
 _PLAIN = (type(None), bool, int, float, str, torch.Tensor, torch.Size, torch.dtype, torch.device)
@@ -160,7 +176,7 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, extra: dict | None = No
         raise ValueError(f"model has NaN or infinite weights (in {', '.join(bad[:3])}): refusing to save them "
                          f"to {path}{kept}. A run whose weights are not finite has diverged")
     config = model.config.to_dict()
-    payload = {"model": state, "config": config, "extra": extra, "digest": weights_digest(state, config)}
+    payload = {"model": state, "config": config, "extra": extra, "digest": weights_digest(state, config, extra)}
     # Serialised in memory first: a full disk is then an OSError of the write that names the file
     # (torch.save writing straight to the file says only "inline_container.cc: unexpected pos").
     buf = io.BytesIO()
@@ -300,9 +316,15 @@ def _check_digest(path: Path, ckpt: dict, state: dict[str, torch.Tensor]) -> Non
     if not (isinstance(stored, dict) and isinstance(stored.get("config"), str)
             and isinstance(stored.get("model"), dict)):
         raise CheckpointError(path, "the file is damaged: its 'digest' entry is not the one save_checkpoint writes")
-    now = weights_digest(state, ckpt["config"])
+    # Checkpoints saved before the digest covered ``extra`` have no "extra" entry: their extra is not checked.
+    extra = ckpt.get("extra", {}) if "extra" in stored else None
+    if "extra" in stored and not isinstance(stored["extra"], str):
+        raise CheckpointError(path, "the file is damaged: its 'digest' entry is not the one save_checkpoint writes")
+    now = weights_digest(state, ckpt["config"], extra)
     changed = [name for name in sorted(set(now["model"]) | set(stored["model"]))
                if now["model"].get(name) != stored["model"].get(name)]
+    if now.get("extra") != stored.get("extra"):
+        changed.insert(0, "its extra values")
     if now["config"] != stored["config"]:
         changed.insert(0, "its config")
     if changed:

@@ -121,6 +121,41 @@ def test_a_changed_config_inside_a_rezipped_archive_is_refused(ckpt, tmp_path, o
         load_checkpoint(bad)
 
 
+@pytest.mark.parametrize("edit", [
+    lambda e: e.__setitem__("step", 8),
+    lambda e: e.__setitem__("step", 7.0),  # equal to 7 under ==, still not what was saved
+    lambda e: e["losses"].__setitem__(0, e["losses"][0] + 1e-3),
+    lambda e: e.__setitem__("tags", list(e["tags"])),
+    lambda e: e.pop("tags"),
+], ids=["int", "int-to-float", "tensor", "tuple-to-list", "removed"])
+def test_an_edited_extra_value_is_caught_by_the_digest(tmp_path, edit):
+    """The digest covers ``extra`` too: a step count or a loss curve edited after saving is refused."""
+    path = save_checkpoint(tmp_path / "e.pt", tiny(4), extra={"step": 7, "losses": torch.tensor([2.5, 2.25]),
+                                                              "tags": ("a", 1)})
+    raw = torch.load(path, weights_only=True)
+    load_checkpoint(path)  # as saved: loads
+    edit(raw["extra"])
+    torch.save(raw, path)
+    with pytest.raises(CheckpointError, match=r"the sha256 digest stored when it was saved no longer matches its "
+                                              r"extra values \(changed after saving\)"):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_whose_digest_predates_extra_still_loads(tmp_path):
+    """Checkpoints saved before the digest covered ``extra`` (stop 33's format) load, their extra unchecked."""
+    path = save_checkpoint(tmp_path / "o.pt", tiny(5), extra={"step": 3})
+    raw = torch.load(path, weights_only=True)
+    raw["digest"].pop("extra")
+    raw["extra"]["step"] = 4
+    torch.save(raw, path)
+    _, got = load_checkpoint(path)
+    assert got["extra"] == {"step": 4}
+    raw["digest"]["extra"] = 5  # not a hex string: not what save_checkpoint writes
+    torch.save(raw, path)
+    with pytest.raises(CheckpointError, match=r"its 'digest' entry is not the one save_checkpoint writes"):
+        load_checkpoint(path)
+
+
 def test_a_checkpoint_saved_before_digests_still_loads(tmp_path):
     model = tiny(2)
     old = tmp_path / "old.pt"
