@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import random
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -355,6 +356,11 @@ def train(
     ``batch_size / (world_size * grad_accum_steps)`` rows. ``callback`` runs on every rank.
     """
     cfg = _check_run(model, train_data, val_data, cfg, callback)
+    if cfg.warmup_steps > cfg.max_steps:
+        warnings.warn(f"warmup_steps={cfg.warmup_steps} is more than max_steps={cfg.max_steps}: the run ends during "
+                      f"the warm-up, so the learning rate never reaches learning_rate={cfg.learning_rate:g} (it stops "
+                      f"at {lr_at(cfg.max_steps - 1, cfg):.3g}). Use fewer warm-up steps or more steps",
+                      UserWarning, stacklevel=2)
     rank, world_size = distributed.rank_and_world_size()
     set_seed(cfg.seed + rank)  # the same weights everywhere (DDP copies rank 0's), each rank its own dropout
     model.to(cfg.device).train()

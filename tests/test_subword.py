@@ -23,9 +23,10 @@ def tok(shakespeare_text):
 def quick(monkeypatch, tmp_path):
     """Two training steps instead of 300/410, into an empty cache."""
     monkeypatch.setenv("GPT_LESSON_CACHE", str(tmp_path))
-    monkeypatch.setattr(subword, "TRAIN_CONFIG", replace(subword.TRAIN_CONFIG, max_steps=2, eval_interval=2, eval_iters=1))
+    monkeypatch.setattr(subword, "TRAIN_CONFIG", replace(subword.TRAIN_CONFIG, max_steps=2, eval_interval=2, eval_iters=1,
+                                                                    warmup_steps=1))
     monkeypatch.setattr(subword, "CHAR_TRAIN_CONFIG", replace(subword.TRAIN_CONFIG, max_steps=3, eval_interval=3,
-                                                              eval_iters=1))
+                                                              eval_iters=1, warmup_steps=1))
     return tmp_path
 
 

@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+import warnings
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -732,3 +733,17 @@ def test_a_checkpoint_whose_config_says_causal_false_over_causal_masks_is_refuse
     with pytest.raises(CheckpointError, match=rf"cannot load the checkpoint {path}: its config says causal=False but "
                                               r"blocks.\d.sa.tril is a causal mask"):
         load_checkpoint(path)
+
+def test_a_warmup_longer_than_the_run_is_said():
+    """A warm-up that outlasts the run leaves the learning rate below its peak: train() warns, naming both numbers."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=8, n_embd=8, n_head=2, n_layer=1, block_size=4))
+    data = torch.randint(0, 8, (200,))
+    cfg = TrainConfig(max_steps=2, batch_size=2, warmup_steps=30, learning_rate=1e-3, min_lr=1e-4,
+                      eval_interval=2, eval_iters=1, progress=False)
+    with pytest.warns(UserWarning, match=r"warmup_steps=30 is more than max_steps=2: the run ends during the warm-up, "
+                                         r"so the learning rate never reaches learning_rate=0.001 \(it stops at 6.67e-05\)"):
+        train(model, data[:150], data[150:], cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as long as the run: no warning
+        train(model, data[:150], data[150:], replace(cfg, warmup_steps=2))
