@@ -52,5 +52,22 @@ def test_chinese_prose_uses_one_rendering(word):
     assert not offenders, f"{word!r} should be {avoided_renderings()[word]!r} (docs/glossary.md) in: {offenders}"
 
 
+def catalogue_translations() -> list[tuple[str, str]]:
+    """(msgid, msgstr) of every entry of the Chinese catalogue: what the widgets, checks and errors print."""
+    from babel.messages.pofile import read_po
+
+    with open(ROOT / "gpt_lesson" / "locale" / "zh" / "LC_MESSAGES" / "gpt_lesson.po", "rb") as f:
+        catalog = read_po(f, locale="zh")
+    return [(str(m.id), m.string if isinstance(m.string, str) else " ".join(m.string))
+            for m in catalog if m.id and m.string]
+
+
+@pytest.mark.parametrize("word", sorted(avoided_renderings()))
+def test_the_catalogue_uses_one_rendering(word):
+    offenders = [msgid[:60] for msgid, msgstr in catalogue_translations() if uses(msgstr, word)]
+    assert not offenders, f"{word!r} should be {avoided_renderings()[word]!r} (docs/glossary.md) in the catalogue: {offenders}"
+
+
 def test_the_check_can_fail():
     assert uses("只有词嵌入", "词嵌入") and not uses("词元嵌入", "词嵌入")
+    assert uses("被屏蔽：softmax 前为 −∞", "屏蔽") and "屏蔽" in avoided_renderings()
