@@ -340,3 +340,29 @@ def test_anchor_check_fails_on_a_missing_heading(tmp_path):
     bad = tmp_path / "bad.md"
     bad.write_text("## 可复现性\n\n[a](#reproducibility) [b](other.md#benchmarks)\n", encoding="utf-8")
     assert len(anchor_problems(bad)) == 2
+
+
+def second_code_cells_calling_set_language(notebooks: list[Path]) -> dict[str, bool]:
+    """{notebook: whether its second code cell (the setup cell after Colab's install cell) sets Chinese}."""
+    import json
+
+    found = {}
+    for path in notebooks:
+        code = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+        found[path.name] = len(code) > 1 and 'gpt_lesson.set_language("zh")' in "".join(code[1]["source"])
+    return found
+
+
+def test_where_readme_zh_says_set_language_is_called():
+    # README.zh-CN.md: every Chinese notebook but the welcome page calls it in its second code cell.
+    assert "第二个代码单元格" in read("README.zh-CN.md")
+    found = second_code_cells_calling_set_language(sorted((ROOT / "notebooks" / "zh").glob("*.ipynb")))
+    assert found.pop("00_welcome.ipynb") is False and found and all(found.values()), found
+
+
+def test_the_set_language_check_can_fail(tmp_path):
+    import json
+
+    cells = [{"cell_type": "code", "source": ['import gpt_lesson\n', 'gpt_lesson.set_language("zh")']}]
+    (tmp_path / "first.ipynb").write_text(json.dumps({"cells": cells}), encoding="utf-8")
+    assert second_code_cells_calling_set_language([tmp_path / "first.ipynb"]) == {"first.ipynb": False}
