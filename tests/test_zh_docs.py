@@ -366,3 +366,22 @@ def test_the_set_language_check_can_fail(tmp_path):
     cells = [{"cell_type": "code", "source": ['import gpt_lesson\n', 'gpt_lesson.set_language("zh")']}]
     (tmp_path / "first.ipynb").write_text(json.dumps({"cells": cells}), encoding="utf-8")
     assert second_code_cells_calling_set_language([tmp_path / "first.ipynb"]) == {"first.ipynb": False}
+
+
+def unrendered_emphasis(text: str) -> list[str]:
+    """Asterisks left in the page as CommonMark renders it: `**小结。**后文` does not close (a closing ** after
+    full-width punctuation must be followed by a space or punctuation), so write `**小结**。后文`."""
+    markdown_it = pytest.importorskip("markdown_it")
+    html = markdown_it.MarkdownIt("commonmark").enable("table").render(text)
+    html = re.sub(r"<code>.*?</code>|<pre>.*?</pre>", "", html, flags=re.S)
+    return [html[max(0, m.start() - 20):m.end() + 10].replace("\n", " ") for m in re.finditer(r"\*+", html)]
+
+
+@pytest.mark.parametrize("zh", IDS)
+def test_bold_and_italics_render(zh):
+    problems = unrendered_emphasis(read(zh))
+    assert not problems, f"{zh}: emphasis that does not render (move the punctuation out of it): {problems}"
+
+
+def test_the_emphasis_check_can_fail():
+    assert unrendered_emphasis("**分值。**后文") and not unrendered_emphasis("**分值**。后文 `a**b`")
