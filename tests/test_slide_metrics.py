@@ -5,10 +5,13 @@ chunk, table rows), that speaker notes stay with their piece, the rule for lectu
 code-wrapping markup. In Chromium (``browser``): the lecture decks of a representative subset of the
 lessons (02 and 05 with explorers, 10 the longest Part II lesson, 13 with its token strips, zh/03 for
 the Chinese edition) have no slide taller than the 1280x720 screen and no code wrapped inside a word;
-the right arrow visits every slide; and a click in an explorer leaves the keys to the deck.
+the right arrow visits every slide; and a click in an explorer leaves the keys to the deck. Projector
+mode (on in the lecture cut, key P) enlarges the explorers to >= 24 px text, their canvas text included and
+drawn with the deck's fonts; a clicker scrolls a slide taller than the screen before it moves on.
 """
 from __future__ import annotations
 
+import html
 import os
 import re
 import shutil
@@ -19,7 +22,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tools import slides
-from tools.slide_metrics import CHROMIUM, measure_deck, open_browser
+from tools.slide_metrics import CHROMIUM, EXPLORER_MIN_PX, measure_deck, open_browser
 from tools.slides import _line_blocks, count_slides, lecture_cut, lecture_minutes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,17 +149,33 @@ def browser():
 @pytest.mark.parametrize("lang,name", SUBSET)
 def test_lecture_deck_fits_the_screen(lecture_decks, browser, lang, name):
     """No slide of the lecture cut is taller than the 720 px slide; no code is cut off, wrapped inside a
-    word or down to a lone quote; no missing glyph (explorer frames included); text stays at least 24 px
+    word or down to a lone quote; no missing glyph (explorer frames and the text they draw on their canvas included); text stays at least 24 px
     (the token strip that had to be shrunk) and code 24 px."""
     ctx, remote = browser
     deck = lecture_decks[(lang, name)]
-    m = measure_deck(ctx, deck.html, remote)
+    # The heights with the explorers at their notebook size (projector mode off): see the projector tests.
+    m = measure_deck(ctx, deck.html, remote, projector=False)
     print("\n" + m.summary())
     assert len(m.slides) == deck.total and m.height == 720
     assert [(s.h, s.v, s.height) for s in m.tall] == []
     assert m.tallest <= 720
     assert [(s.h, s.v, x) for s, x in m.splits] == [] and m.clipped == [] and m.tofu == [] and m.problems == []
     assert m.body_min >= 24 and m.code_min >= 24
+
+
+def _click_explorer_button(page, k: int) -> None:
+    """A mouse click on the k-th button of the first explorer, where the screen shows it. (Playwright's own
+    click misses inside a zoomed frame, as projector mode zooms them: it ignores the frame's zoom.)"""
+    x, y = page.evaluate("""(k) => {
+        const f = document.querySelector('iframe.gpt-lesson-explorer-view'), doc = f.contentDocument;
+        const b = doc.querySelectorAll('.gl-btn')[k];
+        window.__glClicked = null;
+        b.addEventListener('click', () => { window.__glClicked = k; }, {once: true});
+        const box = f.getBoundingClientRect(), z = box.width / doc.documentElement.clientWidth, r = b.getBoundingClientRect();
+        return [box.left + (r.left + r.width / 2) * z, box.top + (r.top + r.height / 2) * z]; }""", k)
+    page.mouse.click(x, y)
+    page.wait_for_timeout(100)
+    assert page.evaluate("() => window.__glClicked") == k, "the click did not reach the explorer's button"
 
 
 @pytest.mark.browser
@@ -183,20 +202,184 @@ def test_right_arrow_visits_every_slide_and_explorers_give_the_keys_back(lecture
         where = page.evaluate("""() => { const f = document.querySelector('iframe.gpt-lesson-explorer-view');
             const i = Reveal.getIndices(f.closest('section')); Reveal.slide(i.h, i.v); return [i.h, i.v]; }""")
         frame = page.frame_locator("iframe.gpt-lesson-explorer-view").first
-        frame.locator(".gl-btn").first.click()
+        _click_explorer_button(page, 1)
         assert page.evaluate("() => document.activeElement.tagName") == "BODY"  # the deck has the keys again
-        page.keyboard.press("ArrowRight")
-        page.wait_for_timeout(200)
-        after = page.evaluate("() => [Reveal.getIndices().h, Reveal.getIndices().v]")
-        assert after != where
+        # (In projector mode the explorer's slide is taller than the screen: the first presses scroll it.)
+        for _ in range(6):
+            page.keyboard.press("ArrowRight")
+            if page.evaluate(_AT) != where:
+                break
+        assert page.evaluate(_AT) != where
         # Even with the focus left inside the frame (keyboard use), Page Down moves the deck.
         page.evaluate("([h, v]) => Reveal.slide(h, v)", where)
         frame.locator(".gl-btn").first.focus()
+        page.evaluate("() => { Reveal.getCurrentSlide().scrollTop = 1e6; }")  # at the slide's end
         frame.locator(".gl-btn").first.press("PageDown")
         page.wait_for_timeout(200)
-        assert page.evaluate("() => [Reveal.getIndices().h, Reveal.getIndices().v]") != where
+        assert page.evaluate(_AT) != where
     finally:
         page.close()
+
+
+PROJECTOR_SUBSET = [("en", "02_attention"), ("en", "05_multi_head_attention"), ("zh", "03_causal_mask")]
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("lang,name", PROJECTOR_SUBSET)
+def test_projector_mode_enlarges_the_explorers(lecture_decks, browser, lang, name):
+    """A lecture deck opens in projector mode: the explorers' text, the text on their canvas too, is at least
+    24 px on the 1280x720 screen and no character is a box (the canvas draws with the deck's fonts, so the
+    Chinese labels show on a PC without Chinese fonts). Switched off, the explorers are at notebook size."""
+    ctx, remote = browser
+    deck = lecture_decks[(lang, name)]
+    on = measure_deck(ctx, deck.html, remote)
+    print("\n" + on.summary())
+    assert on.projector is True
+    assert on.explorer_min is not None and on.explorer_min >= EXPLORER_MIN_PX
+    assert on.canvas_min is not None and on.canvas_min >= EXPLORER_MIN_PX
+    assert on.tofu == [] and on.problems == [] and on.clipped == [] and on.splits == []
+    off = measure_deck(ctx, deck.html, remote, projector=False)
+    assert off.projector is False and off.explorer_min < 12 and off.canvas_min < 12
+
+
+def _open_deck(ctx, deck: Path):
+    page = ctx.new_page()
+    page.goto(deck.as_uri())
+    page.wait_for_function("() => window.require && require.defined('vendor/reveal.js/dist/reveal.js')"
+                           " && (window.Reveal = require('vendor/reveal.js/dist/reveal.js')).isReady()", timeout=60_000)
+    page.evaluate("() => Reveal.configure({transition: 'none'})")
+    return page
+
+
+_AT = "() => [Reveal.getIndices().h, Reveal.getIndices().v]"
+_SCROLL = "() => { const s = Reveal.getCurrentSlide(); return [s.scrollTop, s.clientHeight, s.scrollHeight]; }"
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_p_toggles_projector_mode(lecture_decks, browser):
+    ctx, _ = browser
+    page = _open_deck(ctx, lecture_decks[("en", "02_attention")].html)
+    try:
+        state = ("() => [document.documentElement.dataset.glProjector,"
+                 " document.querySelector('iframe.gpt-lesson-explorer-view').style.zoom, Reveal.getIndices().h]")
+        assert page.evaluate(state) == ["on", "2.3", 0]  # the lecture cut opens in projector mode
+        page.keyboard.press("p")  # (reveal.js's own P goes back a slide)
+        assert page.evaluate(state) == ["off", "", 0]
+        page.keyboard.press("p")
+        assert page.evaluate(state) == ["on", "2.3", 0]
+        frame = page.frame_locator("iframe.gpt-lesson-explorer-view").first
+        page.evaluate("() => { const i = Reveal.getIndices(document.querySelector('iframe.gpt-lesson-explorer-view')"
+                      ".closest('section')); Reveal.slide(i.h, i.v); }")
+        frame.locator(".gl-btn").first.focus()
+        frame.locator(".gl-btn").first.press("p")  # the key works with the focus in the explorer too
+        assert page.evaluate(state)[:2] == ["off", ""]
+    finally:
+        page.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_clicker_scrolls_a_tall_slide_before_moving_on(lecture_decks, browser):
+    """Page Down on a slide taller than the screen scrolls it to its end, then moves on; Page Up comes back
+    to its end and scrolls it up; the same keys pressed inside an explorer's frame do the same."""
+    ctx, _ = browser
+    page = _open_deck(ctx, lecture_decks[("en", "02_attention")].html)
+    try:
+        # The explorer's slide, made taller than two screens whatever the explorer's size.
+        where = page.evaluate("""() => { const s = document.querySelector('iframe.gpt-lesson-explorer-view').closest('section');
+            const pad = document.createElement('div'); pad.style.height = '1600px'; s.append(pad);
+            const i = Reveal.getIndices(s); Reveal.slide(i.h, i.v); return [i.h, i.v]; }""")
+        page.wait_for_function("() => Reveal.getCurrentSlide().scrollHeight > 1600")
+        tops = []
+        for _ in range(10):
+            tops.append(page.evaluate(_SCROLL)[0])
+            page.keyboard.press("PageDown")
+            if page.evaluate(_AT) != where:
+                break
+        assert page.evaluate(_AT) != where, "Page Down never left the tall slide"
+        assert len(tops) >= 3 and tops == sorted(tops) and tops[0] == 0 and tops[-1] > 0, tops
+        page.keyboard.press("PageUp")
+        assert page.evaluate(_AT) == where
+        top, client, height = page.evaluate(_SCROLL)
+        assert client <= 720 and top + client >= height - 2  # back at the end it was left at
+        page.keyboard.press("ArrowLeft")
+        assert page.evaluate(_AT) == where and page.evaluate(_SCROLL)[0] < top
+        frame = page.frame_locator("iframe.gpt-lesson-explorer-view").first
+        frame.locator(".gl-btn").first.focus()  # (which scrolls the button into view)
+        before = page.evaluate(_SCROLL)[0]
+        frame.locator(".gl-btn").first.press("PageDown")
+        assert page.evaluate(_AT) == where and page.evaluate(_SCROLL)[0] > before
+    finally:
+        page.close()
+
+
+# A stand-in for an explorer: 11 px HTML text and canvas text drawn with a plain "sans-serif", a 9 px canvas
+# label, and a Tangut character that no font of the deck or the machine has.
+_FAKE_EXPLORER = """<!DOCTYPE html><html><head><meta charset="utf-8"><style>body{margin:0}</style></head><body>
+<div class="gl-explorer" style="font-size:11px">key 键</div>
+<canvas width="300" height="40" style="display:block;width:300px;height:40px"></canvas>
+<script>
+function draw() {
+  const c = document.querySelector('canvas'), x = c.getContext('2d');
+  x.clearRect(0, 0, 300, 40);
+  x.font = '11px sans-serif'; x.fillText('掩码 mask', 4, 20);
+  x.font = '9px sans-serif'; x.fillText('\\u{17000}', 150, 20);
+}
+draw(); addEventListener('resize', draw); document.documentElement.dataset.ready = 'true';
+</script></body></html>"""
+
+
+@pytest.fixture(scope="module")
+def fake_explorer_deck(lecture_decks):
+    out = lecture_decks[("en", "02_attention")].html.parent  # its vendor folder is reused
+    nb = new_notebook()
+    frame = ('<iframe class="gpt-lesson-explorer-view" style="display:block;width:100%;height:80px;border:0" '
+             f'srcdoc="{html.escape(_FAKE_EXPLORER, quote=True)}"></iframe>')
+    cell = new_code_cell("explorer", outputs=[new_output("display_data", data={"text/html": frame, "text/plain": "x"})])
+    nb.cells = [_cell(new_markdown_cell("# A fake explorer"), "slide"), _cell(cell, "-")]
+    path = out.parent / "nbs" / "97_fake_explorer.ipynb"
+    path.parent.mkdir(exist_ok=True)
+    nbformat.write(nb, path)
+    (deck,) = slides.build_decks([path], out, lecture=True, index_notebooks=[path])
+    return deck
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_measurement_sees_canvas_text_and_the_canvas_draws_with_the_decks_fonts(fake_explorer_deck, browser):
+    """slide_metrics reads the size of the text an explorer draws on its canvas and checks its characters in
+    the canvas's font: the deck gives the canvas its Noto fonts (掩码 shows), so only the Tangut character,
+    which no font has, is a box."""
+    ctx, remote = browser
+    m = measure_deck(ctx, fake_explorer_deck.html, remote, projector=False)
+    assert m.explorer_min == pytest.approx(11 * 0.96, abs=0.05)
+    assert m.canvas_min == pytest.approx(9 * 0.96, abs=0.05)
+    assert [(t["ch"], t["code"], t["font"].split(":")[0]) for t in m.tofu] == [("\U00017000", "U+17000", "explorer canvas")]
+    assert "Noto Sans SC" in m.tofu[0]["font"]  # drawn in the deck's fonts, not the frame's own sans-serif
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_projector_mode_zooms_an_explorer_frame(fake_explorer_deck, browser):
+    ctx, remote = browser
+    on = measure_deck(ctx, fake_explorer_deck.html, remote, projector=True)
+    assert on.projector is True
+    assert on.explorer_min == pytest.approx(11 * 2.3 * 0.96, abs=0.05)
+    assert on.canvas_min == pytest.approx(9 * 2.3 * 0.96, abs=0.05)
+    assert [t["text"] for s in on.slides for t in s.canvas_small] == ["\U00017000"]
+    with pytest.raises(TypeError, match="projector must be None, True or False"):
+        measure_deck(ctx, fake_explorer_deck.html, remote, projector="on")
+
+
+def test_the_projector_option_of_slide_metrics():
+    from tools.slide_metrics import build_parser
+
+    assert build_parser().parse_args(["--projector", "on", "lecture/"]).projector == "on"
+    assert build_parser().parse_args(["lecture/"]).projector is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--projector", "big", "lecture/"])
 
 
 def test_the_lecture_option_is_in_the_cli_and_the_guide():

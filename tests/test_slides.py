@@ -689,6 +689,7 @@ def test_chinese_deck_is_readable_from_the_back_row(browser_context, tmp_path, n
     m = measure_deck(ctx, deck.html, remote)
     assert len(m.slides) == deck.total
     assert _readability_problems(m) == []
+    assert m.projector is False  # the notebook-page decks open with projector mode off (the lecture cut: on)
     html = deck.html.read_text(encoding="utf-8")
     assert sum("\u4e00" <= ch <= "\u9fff" for ch in html) > 500  # the Chinese text is on the slides
     if name == "02_attention":

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["BODY_MIN_PX", "CODE_MIN_PX", "WINDOW", "DeckMetrics", "SlideMetrics", "open_browser",
+__all__ = ["BODY_MIN_PX", "CODE_MIN_PX", "EXPLORER_MIN_PX", "WINDOW", "DeckMetrics", "SlideMetrics", "open_browser",
            "measure_deck", "screenshot_slide", "CHROMIUM", "CHROMIUM_FLAGS", "bare_fontconfig", "build_parser", "main"]
 
 CHROMIUM = Path(os.environ.get("GPT_LESSON_CHROMIUM", "/usr/bin/chromium"))
@@ -44,6 +44,8 @@ WINDOW = {"width": 1280, "height": 720}
 # Readable from the back row of a lecture hall, on a 1280x720 projector.
 BODY_MIN_PX = 32.0
 CODE_MIN_PX = 24.0
+# An explorer's text in projector mode (--projector on): the rule for code, the smallest text on a slide.
+EXPLORER_MIN_PX = 24.0
 
 # Runs in the deck's page. Returns one record per slide (in Reveal's order) plus the characters seen,
 # grouped by the font stack that draws them.
@@ -51,6 +53,32 @@ _MEASURE_JS = r"""
 async () => {
   const R = window.Reveal;
   R.configure({transition: 'none', backgroundTransition: 'none'});
+  const wait = ms => new Promise(r => setTimeout(r, ms));
+  // Projector mode as asked (null: as the deck opens); a deck built before it existed has no switch.
+  const projector = %(projector)s;
+  if (projector !== null && (window.glDeck || projector)) {
+    if (!window.glDeck) throw new Error('this deck has no projector mode (rebuild it with python -m tools.slides)');
+    window.glDeck.projector(projector);
+    await wait(400);
+  }
+  // Text an explorer draws on its canvas: every fillText/strokeText call, with its font and its size in
+  // the canvas's pixels (the transform included), recorded from the frame's window.
+  const canvasLog = (win) => {
+    if (win.__glCanvasLog) return win.__glCanvasLog;
+    const log = win.__glCanvasLog = [];
+    const proto = win.CanvasRenderingContext2D.prototype;
+    for (const name of ['fillText', 'strokeText']) {
+      const draw = proto[name];
+      proto[name] = function (text, ...rest) {
+        const t = this.getTransform();
+        const m = /([\d.]+)px/.exec(this.font);
+        if (m) log.push({text: String(text), font: this.font, px: parseFloat(m[1]) * Math.hypot(t.a, t.b), canvas: this.canvas});
+        return draw.call(this, text, ...rest);
+      };
+    }
+    return log;
+  };
+  const frameCanvasChars = new Map();  // frame document -> {canvas font stack: Set of characters}
   const style = document.createElement('style');
   // Every fragment shown: a slide is measured as it looks after the last click.
   style.textContent = '.reveal .slides section .fragment { opacity: 1 !important; visibility: inherit !important; }';
@@ -74,7 +102,8 @@ async () => {
       const scale = R.getScale();
       const box = slidesBox.getBoundingClientRect();
       const rec = {h, v, scale, body_min: null, code_min: null, small: [], clipped: [], chars: 0,
-                   height: slide.scrollHeight, title: '', splits: [], frames: 0, frame_min: null};
+                   height: slide.scrollHeight, title: '', splits: [], frames: 0, frame_min: null,
+                   canvas_min: null, canvas_small: []};
       const heading = slide.querySelector('h1, h2, h3, h4');
       rec.title = heading ? heading.textContent.replace('¶', '').trim().slice(0, 80) : '';
       const walker = document.createTreeWalker(slide, NodeFilter.SHOW_TEXT);
@@ -166,7 +195,8 @@ async () => {
         if (!doc || !doc.body) continue;
         for (let k = 0; k < 50 && doc.documentElement.dataset.ready !== 'true'; k++)
           await new Promise(r => setTimeout(r, 100));
-        const fscale = scale * (frame.getBoundingClientRect().width / scale / (frame.clientWidth || 1));
+        // Screen px per CSS px of the frame's document (reveal.js's scale and a zoomed frame included).
+        const fscale = frame.getBoundingClientRect().width / (doc.documentElement.clientWidth || 1);
         const fw = doc.createTreeWalker(doc.body, NodeFilter.SHOW_TEXT);
         for (let node = fw.nextNode(); node; node = fw.nextNode()) {
           const text = node.textContent;
@@ -174,12 +204,30 @@ async () => {
           const el = node.parentElement;
           if (!el || el.closest('script, style') || el.getClientRects().length === 0) continue;
           const cs = doc.defaultView.getComputedStyle(el);
-          const px = parseFloat(cs.fontSize) * fscale;
+          const px = parseFloat(cs.fontSize) * fscale * (el.currentCSSZoom || 1);
           if (rec.frame_min === null || px < rec.frame_min) rec.frame_min = px;
           const key = cs.fontFamily;
           const frameSet = frameChars.get(doc) || frameChars.set(doc, {}).get(doc);
           const set = frameSet[key] || (frameSet[key] = new Set());
           for (const ch of text) set.add(ch);
+        }
+        // The canvas text: let the explorer draw again (it redraws on a resize) and read what it drew.
+        const log = canvasLog(doc.defaultView);
+        log.length = 0;
+        doc.defaultView.dispatchEvent(new doc.defaultView.Event('resize'));
+        for (let k = 0; k < 3; k++) await new Promise(r => requestAnimationFrame(r));
+        await wait(150);
+        const canvasSet = frameCanvasChars.get(doc) || frameCanvasChars.set(doc, {}).get(doc);
+        for (const d of log) {
+          const c = d.canvas;
+          if (!c || !c.isConnected || !c.width || c.getClientRects().length === 0 || !d.text.trim()) continue;
+          const px = d.px * (c.getBoundingClientRect().width / c.width) * fscale;
+          if (rec.canvas_min === null || px < rec.canvas_min) rec.canvas_min = px;
+          if (px < %(explorer_min)s - 0.05 && rec.canvas_small.length < 5)
+            rec.canvas_small.push({px: Math.round(px * 10) / 10, text: d.text.slice(0, 40)});
+          const fam = d.font.replace(/^.*?[\d.]+px(?:\/\S+)?\s+/, '');
+          const set = canvasSet[fam] || (canvasSet[fam] = new Set());
+          for (const ch of d.text) set.add(ch);
         }
         rec.frames += 1;
       }
@@ -218,7 +266,9 @@ async () => {
   };
   await check(document, charsByFont, '');
   for (const [doc, byFont] of frameChars) await check(doc, byFont, 'explorer frame: ');
-  return {slides: out, tofu, fonts, width: R.getConfig().width, height};
+  for (const [doc, byFont] of frameCanvasChars) await check(doc, byFont, 'explorer canvas: ');
+  return {slides: out, tofu, fonts, width: R.getConfig().width, height,
+          projector: window.glDeck ? window.glDeck.projector() : null};
 }
 """
 
@@ -240,6 +290,8 @@ class SlideMetrics:
     splits: list[dict] = field(default_factory=list)  # code wrapped inside a word, or a row of lone punctuation
     frames: int = 0  # explorer frames (iframes) on the slide
     frame_min: float | None = None  # smallest text inside them, px on the window (None: no frame text)
+    canvas_min: float | None = None  # smallest text the explorers draw on their canvas, px on the window
+    canvas_small: list[dict] = field(default_factory=list)  # canvas text below EXPLORER_MIN_PX: up to 5
 
 
 @dataclass
@@ -250,6 +302,7 @@ class DeckMetrics:
     width: int
     height: int
     problems: list[str] = field(default_factory=list)  # remote requests, failed loads, page errors
+    projector: bool | None = None  # the deck's projector mode while measured (None: the deck has none)
 
     @property
     def body_min(self) -> float | None:
@@ -279,6 +332,16 @@ class DeckMetrics:
         return min(values) if values else None
 
     @property
+    def explorer_min(self) -> float | None:
+        """The smallest text (HTML) inside the explorers' frames, px on the window."""
+        return self.frame_min
+
+    @property
+    def canvas_min(self) -> float | None:
+        values = [s.canvas_min for s in self.slides if s.canvas_min is not None]
+        return min(values) if values else None
+
+    @property
     def tallest(self) -> int:
         return max((s.height for s in self.slides), default=0)
 
@@ -297,7 +360,9 @@ class DeckMetrics:
                 f"code >= {fmt(self.code_min)} px, {len({(s.h, s.v) for s, _ in self.clipped})} slides "
                 f"with clipped code (worst {worst} px), {len(self.tall)} taller than the slide (tallest "
                 f"{self.tallest} px of {self.height}), {len(self.splits)} bad code wraps, {len(self.tofu)} missing "
-                f"glyphs" + (f", explorer text >= {fmt(self.frame_min)} px" if self.frame_min is not None else ""))
+                f"glyphs" + (f", explorer text >= {fmt(self.frame_min)} px" if self.frame_min is not None else "")
+                + (f", canvas text >= {fmt(self.canvas_min)} px" if self.canvas_min is not None else "")
+                + ("" if self.projector is None else f" (projector mode {'on' if self.projector else 'off'})"))
 
 
 def bare_fontconfig(folder: Path) -> dict[str, str]:
@@ -363,19 +428,27 @@ def _open(context, deck: Path, remote: list[str]):
 
 
 def measure_deck(context, deck: Path, remote: list[str] | None = None, *,
-                 body_min: float = BODY_MIN_PX, code_min: float = CODE_MIN_PX) -> DeckMetrics:
-    """Open ``deck`` in ``context`` (from :func:`open_browser`) and measure every slide."""
+                 body_min: float = BODY_MIN_PX, code_min: float = CODE_MIN_PX,
+                 projector: bool | None = None) -> DeckMetrics:
+    """Open ``deck`` in ``context`` (from :func:`open_browser`) and measure every slide.
+
+    ``projector``: switch the deck's projector mode on or off first (None: measure it as it opens; the
+    lecture cut opens with it on)."""
+    if projector not in (None, True, False):
+        raise TypeError(f"projector must be None, True or False, not {projector!r}")
     remote = remote if remote is not None else []
     page, problems = _open(context, deck, remote)
     try:
-        raw = page.evaluate(_MEASURE_JS % {"body_min": body_min, "code_min": code_min})
+        raw = page.evaluate(_MEASURE_JS % {"body_min": body_min, "code_min": code_min, "explorer_min": EXPLORER_MIN_PX,
+                                           "projector": "null" if projector is None else str(projector).lower()})
     finally:
         page.close()
     problems += [f"remote: {u}" for u in sorted(set(remote))]
     slides = [SlideMetrics(s["h"], s["v"], s["title"], s["body_min"], s["code_min"], s["small"], s["clipped"],
-                           s["chars"], s["height"], s["scale"], s["splits"], s["frames"], s["frame_min"])
+                           s["chars"], s["height"], s["scale"], s["splits"], s["frames"], s["frame_min"],
+                           s["canvas_min"], s["canvas_small"])
               for s in raw["slides"]]
-    return DeckMetrics(Path(deck), slides, raw["tofu"], raw["width"], raw["height"], problems)
+    return DeckMetrics(Path(deck), slides, raw["tofu"], raw["width"], raw["height"], problems, raw["projector"])
 
 
 def screenshot_slide(context, deck: Path, h: int, v: int, path: Path) -> Path:
@@ -403,6 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--screenshot", type=Path, help="screenshot of the densest slide (one deck only)")
     parser.add_argument("--max-height", action="store_true",
                         help="fail (exit 1) when a slide is taller than the slide height: the lecture cut's rule")
+    parser.add_argument("--projector", choices=("on", "off"),
+                        help="switch the decks' projector mode (explorers enlarged, key P) on or off before measuring "
+                             "(default: as each deck opens; the lecture cut opens with it on); with 'on', fail when "
+                             f"an explorer's text is under {EXPLORER_MIN_PX:g} px")
     parser.add_argument("--system-fonts", action="store_true",
                         help="let Chromium use every font of this machine (default: DejaVu only)")
     return parser
@@ -420,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     with open_browser(bare_fonts=not args.system_fonts) as (ctx, remote):
         for deck in decks:
-            m = measure_deck(ctx, deck, remote)
+            m = measure_deck(ctx, deck, remote, projector=None if args.projector is None else args.projector == "on")
             results.append(m)
             print(m.summary())
             for s, c in m.clipped[:3]:
@@ -434,7 +511,14 @@ def main(argv: list[str] | None = None) -> int:
                       f"{s.h}/{s.v}: {x['text']!r}")
             if m.tofu:
                 print("   missing glyphs: " + " ".join(f"{t['ch']} ({t['code']})" for t in m.tofu[:20]))
-            failed |= bool(m.clipped or m.small or m.tofu or m.problems or m.splits or (args.max_height and m.tall))
+            canvas_small = [(s, t) for s in m.slides for t in s.canvas_small]
+            for s, t in canvas_small[:3]:
+                print(f"   {t['px']} px canvas text in an explorer on slide {s.h}/{s.v}: {t['text']!r}")
+            small_explorer = args.projector == "on" and m.explorer_min is not None and m.explorer_min < EXPLORER_MIN_PX - 0.05
+            if small_explorer:
+                print(f"   explorer text {m.explorer_min:.1f} px in projector mode, under {EXPLORER_MIN_PX:g} px")
+            failed |= bool(m.clipped or m.small or m.tofu or m.problems or m.splits or (args.max_height and m.tall)
+                           or small_explorer)
             if args.screenshot:
                 s = m.densest()
                 screenshot_slide(ctx, deck, s.h, s.v, args.screenshot)

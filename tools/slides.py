@@ -13,6 +13,10 @@ of pinned versions whose sha512 is checked); once ``vendor/`` exists, rebuilding
 The explorers (``gpt_lesson.widgets``) show their self-contained HTML view, which works on the slide
 without a kernel; any other widget, which needs one, is replaced by a short note.
 
+In projector mode (key P, on in the lecture cut ``--lecture``) every explorer's frame is zoomed 2.3 times,
+so its text is at least 24 px on the projector, and its canvas draws with the deck's fonts; a clicker's
+"next" scrolls a slide taller than the screen before it moves on.
+
 The slides are made for the back row: a 1280x720 slide with body text at 34 px and code at 26 px
 (32.7 and 25 px on a 1280x720 projector, after reveal.js's margin), code that wraps instead of
 running off the slide (continuation lines hang under the line they continue), the course's test
@@ -65,6 +69,7 @@ __all__ = [
     "FONT_FAMILIES",
     "SLIDE_WIDTH",
     "SLIDE_HEIGHT",
+    "PROJECTOR_ZOOM",
     "strip_scaffolding",
     "VendorError",
     "NotOfflineError",
@@ -143,6 +148,9 @@ FONT_FAMILIES = {
 # default 4% margin), so 34 px body text is 32.7 px there and 26 px code is 25 px.
 SLIDE_WIDTH, SLIDE_HEIGHT = 1280, 720
 _BODY_PX, _CODE_PX = 34, 26
+# Projector mode (key P; on in the lecture cut) zooms each explorer's frame so that the explorer's smallest
+# text, 11 px, is 24.3 px on a 1280x720 screen (11 * 2.3 * reveal.js's 0.96).
+PROJECTOR_ZOOM = 2.3
 
 # Where the decks find them, relative to the deck's own folder.
 _REVEAL_PREFIX = "vendor/reveal.js"
@@ -216,20 +224,93 @@ _TEMPLATE_INDEX = """{%%- extends 'reveal/index.html.j2' -%%}
 require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
   // Right arrow, space and a clicker's Page Down visit every slide, the vertical subslides included.
   Reveal.configure({navigationMode: "linear"});
+  // Projector mode (key P, on by default in the lecture cut): each explorer's frame is zoomed
+  // PROJECTOR_ZOOM times, so its smallest text (11 px in the explorer) is 24 px on a 1280x720 screen;
+  // the frame lays the explorer out in 1/PROJECTOR_ZOOM of the width and tells it the slide's height
+  // in its own pixels. Chromium renders a zoomed frame at a higher pixel ratio: the canvas stays sharp.
+  var PROJECTOR_ZOOM = %(projector_zoom)s;
+  var projector = %(projector_on)s;
   // An explorer is a frame: a click in it takes the keyboard focus away from the deck. Its buttons,
-  // sliders and canvas give the keys back (Page Up/Down, arrows, space, Esc, S, B); only its text box
-  // keeps them (Esc leaves it). The frame also gets the deck's fonts, for its Chinese labels.
+  // sliders and canvas give the keys back (Page Up/Down, arrows, space, Esc, S, B, P); only its text box
+  // keeps them (Esc leaves it). The frame also gets the deck's fonts, for its Chinese labels, and so does
+  // the text it draws on its canvas.
   var KEYS = {PageDown: "next", PageUp: "prev", ArrowRight: "next", ArrowLeft: "prev", " ": "next",
               ArrowDown: "next", ArrowUp: "prev", Escape: "toggleOverview", b: "togglePause", ".": "togglePause"};
+  var BODY_FONT = "%(body_font_js)s", CODE_FONT = "%(code_font_js)s";
   function typing(el) {
     return el && (el.tagName === "TEXTAREA" || el.tagName === "SELECT" || el.isContentEditable ||
                   (el.tagName === "INPUT" && !/^(range|button|radio|checkbox|submit)$/i.test(el.type)));
   }
+  // A clicker has only "next" and "back": on a slide taller than the screen they scroll it first
+  // (by 80 %% of the screen), and move on only at its end.
+  var arrivedBack = false;
+  function step(dir) {
+    var slide = Reveal.getCurrentSlide();
+    if (slide && !Reveal.isOverview() && slide.scrollHeight > slide.clientHeight + 1) {
+      var room = slide.scrollHeight - slide.clientHeight, by = Math.round(slide.clientHeight * 0.8);
+      if (dir > 0 && slide.scrollTop < room - 1) { slide.scrollTop = Math.min(room, slide.scrollTop + by); return; }
+      if (dir < 0 && slide.scrollTop > 1) { slide.scrollTop = Math.max(0, slide.scrollTop - by); return; }
+    }
+    arrivedBack = dir < 0;
+    if (dir > 0) { Reveal.next(); } else { Reveal.prev(); }
+  }
+  var STEP = {PageDown: 1, ArrowRight: 1, ArrowDown: 1, " ": 1, PageUp: -1, ArrowLeft: -1, ArrowUp: -1};
+  function stepKey(event) {
+    var dir = STEP[event.key];
+    if (event.key === " " && event.shiftKey) { dir = -1; }
+    else if (event.shiftKey) { return 0; }
+    return (dir && !event.altKey && !event.ctrlKey && !event.metaKey && !typing(event.target)) ? dir : 0;
+  }
+  // Before reveal.js's own handler (on the document): the window's capture phase.
+  window.addEventListener("keydown", function (event) {
+    var dir = stepKey(event);
+    if (!dir || Reveal.isOverview() || Reveal.isPaused()) { return; }
+    event.preventDefault();
+    event.stopImmediatePropagation();
+    step(dir);
+  }, true);
+  // Canvas text in the deck's fonts: "11px system-ui, sans-serif" becomes "11px <the deck's stack>" (the
+  // monospace stack for a monospace font), and the faces a text needs are loaded, then the explorer redraws.
+  function deckFont(value) {
+    var m = /^(.*?\\d*\\.?\\d+px(?:\\/\\S+)?\\s+)(.+)$/.exec(value || "");
+    if (!m || m[2].indexOf("Noto Sans") >= 0) { return value; }
+    return m[1] + (/monospace/.test(m[2]) ? CODE_FONT : BODY_FONT);
+  }
+  function canvasFonts(win) {
+    var proto = win.CanvasRenderingContext2D && win.CanvasRenderingContext2D.prototype;
+    if (!proto || proto.glDeckFonts) { return; }
+    proto.glDeckFonts = true;
+    var font = Object.getOwnPropertyDescriptor(proto, "font");
+    Object.defineProperty(proto, "font", {configurable: true, enumerable: font.enumerable, get: font.get,
+      set: function (value) { font.set.call(this, deckFont(value)); }});
+    var seen = new Set(), loaded = new Set(), pending = 0;
+    function redraw() { if (!pending) { pending = win.requestAnimationFrame(function () { pending = 0;
+      win.dispatchEvent(new win.Event("resize")); }); } }
+    win.glDeckRedraw = redraw;
+    ["fillText", "strokeText"].forEach(function (name) {
+      var draw = proto[name];
+      proto[name] = function (text) {
+        var key = this.font + "\\n" + text;
+        if (!seen.has(key) && win.document.fonts) {
+          seen.add(key);
+          win.document.fonts.load(this.font, String(text)).then(function (faces) {
+            var fresh = faces.filter(function (f) { return !loaded.has(f); });
+            faces.forEach(function (f) { loaded.add(f); });
+            if (fresh.length) { redraw(); }
+          }, function () {});
+        }
+        return draw.apply(this, arguments);
+      };
+    });
+  }
+  function zoomOf(frame) { return parseFloat(frame.style.zoom) || 1; }
   function hookFrame(frame) {
     var doc;
     try { doc = frame.contentDocument; } catch (e) { return; }
-    if (!doc || !doc.documentElement || doc.documentElement.dataset.glDeckKeys) { return; }
+    // Only a loaded frame: its own script defines window.glViewHeight, replaced below.
+    if (!doc || !doc.documentElement || doc.readyState !== "complete" || doc.documentElement.dataset.glDeckKeys) { return; }
     doc.documentElement.dataset.glDeckKeys = "1";
+    var win = doc.defaultView;
     var fonts = doc.createElement("link");
     fonts.rel = "stylesheet";
     fonts.href = new URL("vendor/%(fonts_css)s", document.baseURI).href;
@@ -238,29 +319,52 @@ require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
     // selectors are more specific than the explorer's, so the deck's fonts win in either order.
     stack.textContent = "html body .gl-explorer { font-family: %(body_font_js)s, system-ui, sans-serif; }" +
       " html body .gl-explorer .gl-strip, html body .gl-explorer textarea { font-family: %(code_font_js)s; }";
+    canvasFonts(win);
+    fonts.addEventListener("load", function () { if (win.glDeckRedraw) { win.glDeckRedraw(); } });
     (doc.head || doc.documentElement).append(fonts, stack);
+    // The explorer sizes its pictures to the slide's height, in the frame's own (zoomed) pixels.
+    win.glViewHeight = function () {
+      var slides = frame.closest(".reveal .slides");
+      return ((slides && slides.offsetHeight) || window.innerHeight) / zoomOf(frame);
+    };
     doc.addEventListener("keydown", function (event) {
       var action = KEYS[event.key];
       if (event.key === "Escape" && typing(event.target)) { event.target.blur(); window.focus(); return; }
       if (event.key === "s" && !typing(event.target)) { action = null; window.focus();
         var notes = Reveal.getPlugin && Reveal.getPlugin("notes"); if (notes) { notes.open(); } }
+      if ((event.key === "p" || event.key === "P") && !typing(event.target) && !event.ctrlKey && !event.metaKey) {
+        event.preventDefault(); window.focus(); setProjector(!projector); return; }
       if (!action || typing(event.target) || event.altKey || event.ctrlKey || event.metaKey) { return; }
       if (event.target.type === "range" && /^Arrow/.test(event.key)) { return; }
       event.preventDefault();
       window.focus();
-      Reveal[action]();
+      if (action === "next" || action === "prev") { step(action === "next" ? 1 : -1); } else { Reveal[action](); }
     }, true);
     // After a click on a control the focus goes back to the deck (a slider keeps it while dragged).
     doc.addEventListener("pointerup", function (event) {
       if (!typing(event.target)) { setTimeout(function () { window.focus(); }, 0); }
     }, true);
+    win.dispatchEvent(new win.Event("resize"));
   }
+  function explorerFrames() { return document.querySelectorAll(".reveal iframe.gpt-lesson-explorer-view"); }
+  function setProjector(on) {
+    projector = !!on;
+    document.documentElement.dataset.glProjector = projector ? "on" : "off";
+    explorerFrames().forEach(function (frame) { frame.style.zoom = projector ? String(PROJECTOR_ZOOM) : ""; });
+    // The frames lay the explorers out again (their width changed); then the slide may need to scroll.
+    setTimeout(fit, 300);
+    return projector;
+  }
+  // For the measurements (tools.slide_metrics --projector) and the tests.
+  window.glDeck = {projector: function (on) { return on === undefined ? projector : setProjector(on); },
+                   zoom: PROJECTOR_ZOOM};
   function hookFrames() {
     document.querySelectorAll(".reveal iframe").forEach(function (frame) {
       hookFrame(frame);
       frame.addEventListener("load", function () { hookFrame(frame); });
     });
   }
+  setProjector(projector);
   hookFrames();
   Reveal.on("ready", hookFrames);
   Reveal.on("slidechanged", function () { if (document.activeElement && document.activeElement.tagName === "IFRAME") { document.activeElement.blur(); } window.focus(); });
@@ -272,9 +376,20 @@ require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
       slide.style.overflowY = "auto";
     }
   }
-  if (Reveal.isReady()) { fit(); }
-  Reveal.on("ready", fit);
-  Reveal.on("slidechanged", fit);
+  // Methods other than configure and on exist once nbconvert's script has initialised the deck.
+  function ready() {
+    Reveal.addKeyBinding({keyCode: 80, key: "P", description: "Projector mode: explorers enlarged (on/off)"},
+                         function () { setProjector(!projector); });
+    fit();
+  }
+  if (typeof Reveal.isReady === "function" && Reveal.isReady()) { ready(); } else { Reveal.on("ready", ready); }
+  Reveal.on("slidechanged", function () {
+    fit();
+    // Back from the next slide: this one shows its end, as it was left.
+    var slide = Reveal.getCurrentSlide();
+    if (slide) { slide.scrollTop = arrivedBack ? slide.scrollHeight : 0; }
+    arrivedBack = false;
+  });
 });
 </script>
 {%%- endblock footer_js -%%}
@@ -770,6 +885,7 @@ def _make_exporter(template_dir: Path, lecture: bool = False):
     (template_dir / _TEMPLATE_NAME / "index.html.j2").write_text(_TEMPLATE_INDEX % {
         "fonts_css": _FONTS_CSS, "css": css, "hide": _HIDE_INPUT, "reveal": _REVEAL_PREFIX,
         "lecture_css": _LECTURE_CSS if lecture else "", "body_font_js": FONT_FAMILIES["body"].replace('"', "'"),
+        "projector_zoom": PROJECTOR_ZOOM, "projector_on": "true" if lecture else "false",
         "code_font_js": FONT_FAMILIES["code"].replace('"', "'")})
     exporter = SlidesExporter(
         extra_template_basedirs=[str(template_dir)],
@@ -1410,7 +1526,9 @@ kbd {{ border: 1px solid #bbb; border-radius: 3px; padding: 0 .3em; background: 
 <h1>gpt-lesson: slides</h1>
 <p>Every deck works offline: the scripts it needs are in <code>vendor/</code> next to it.
 Keys: <kbd>&rarr;</kbd>/<kbd>Space</kbd> next, <kbd>&larr;</kbd> back, <kbd>&darr;</kbd>/<kbd>&uarr;</kbd> through
-subslides, <kbd>Esc</kbd> overview, <kbd>S</kbd> speaker view with notes, <kbd>F</kbd> full screen.</p>
+subslides, <kbd>Esc</kbd> overview, <kbd>S</kbd> speaker view with notes, <kbd>F</kbd> full screen,
+<kbd>P</kbd> projector mode (explorers enlarged; on in the lecture cut). On a slide taller than the screen
+<kbd>Page Down</kbd> scrolls it first.</p>
 <table>
 <tr><th>Deck</th><th>Slides</th><th>With subslides</th><th>Notebook</th></tr>
 {rows}
