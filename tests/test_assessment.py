@@ -1,10 +1,11 @@
 """Summative homework (issue 29): variants from a secret seed, the grader's own cases in the teacher's folder,
-released copies without links to the public solutions, the question bank, the roster, the weighted grades, and a
-whole nbgrader round on a variant with no checksum or score warnings and feedback without a remote script."""
+released copies without links to the public solutions, the question bank, the roster, the weighted grades and the
+rubrics of the work graded by hand. The whole nbgrader round on a variant (right, typical-wrong, blank and absent
+students, no checksum or score warnings, feedback without a remote script, weighted grades) is the round of
+tests/test_nbgrader.py, whose course is built with a secret."""
 from __future__ import annotations
 
 import csv
-import html
 import json
 import os
 import re
@@ -341,75 +342,131 @@ def test_released_copies_hold_no_links_to_solutions(tmp_path, edition):
 
 
 # ---------------------------------------------------------------------------------------------------
-# A whole round on a variant: right, typical-wrong (the public solution), blank
+# Work graded by hand: lesson 11's Q1-Q3 and the project, with the guide's rubrics; the plans' weights
+
+
+def test_rubrics_come_from_the_teaching_guide(tmp_path):
+    rubric = assessment.rubrics()
+    assert sorted(rubric) == ["Q1", "Q2", "Q3", "project"]
+    assert [sum(c["points"] for c in rubric[q]) for q in ("Q1", "Q2", "Q3")] == [4, 4, 4]
+    assert rubric["Q1"][0]["criterion"] == "roles of query, key and value"
+    assert [(c["criterion"], c["points"]) for c in rubric["project"]] == [
+        ("Question and baseline", 3), ("Implementation is correct", 5), ("Evidence", 5), ("Interpretation", 4),
+        ("Communication", 3)]
+    guide = tmp_path / "teaching.md"
+    guide.write_text("## 1. Glance\n\n## 2. Assessment plan\n\n- Q1 (x): roles (1); variance (2).\n\n## 3. Next\n")
+    assert assessment.rubrics(guide) == {"Q1": [{"criterion": "roles", "points": 1},
+                                                {"criterion": "variance", "points": 2}]}
+    guide.write_text("## 1. Glance\n\n## 2. Assessment plan\n\n- Q1 (x): a long answer without any points.\n\n## 3.\n")
+    with pytest.raises(ValueError, match="Q1's rubric must list criteria"):
+        assessment.rubrics(guide)
+
+
+def test_interview_answer_cells_carry_the_rubric_for_the_graders_only():
+    from tests.test_nbgrader import student_version
+
+    nb = _lesson("11_interview_questions")
+    rubric = assessment.rubrics()
+    source, graded = assignment_notebook(nb, "11_interview_questions", points_per_question=7, rubric=rubric)
+    free = {g.grade_id: g.points for g in graded if g.kind == "free text"}
+    assert free == {"q1-answer": 4, "q2-answer": 4, "q3-answer": 4}  # the rubric's points, not 7
+    cells = {c.metadata["nbgrader"]["grade_id"]: c for c in source.cells}
+    student = "\n".join(c.source for c in student_version(source).cells)
+    for q in ("Q1", "Q2", "Q3"):
+        teacher = cells[f"{q.lower()}-answer"].source
+        assert cells[f"{q.lower()}-answer"].metadata["nbgrader"]["points"] == 4
+        for c in rubric[q]:
+            assert f"- ({c['points']}) {c['criterion']}" in teacher.split("### END SOLUTION")[0]
+            assert c["criterion"] not in student
+    assert nbgrader_course.RUBRIC_HEADING not in student
+    heavier = {**rubric, "Q2": rubric["Q2"] + [{"criterion": "names the padding mask's shape", "points": 2}]}
+    _, graded = assignment_notebook(nb, "11_interview_questions", rubric=heavier)
+    assert {g.grade_id: g.points for g in graded if g.kind == "free text"}["q2-answer"] == 6
+
+
+def test_the_project_is_built_from_the_rubric_into_the_teachers_folder_only(tmp_path):
+    out = tmp_path / "course"
+    summaries = build_course([REPO / "notebooks" / "02_attention.ipynb"], out, project=True)
+    assert [s.name for s in summaries] == ["02_attention", "project"]
+    nb = nbformat.read(out / "source" / "project" / "project.ipynb", as_version=4)
+    rubric = assessment.rubrics()["project"]
+    tasks = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("task")]
+    assert [(c.metadata["nbgrader"]["points"], c.source.splitlines()[0]) for c in tasks] == [
+        (c["points"], f"### {c['criterion']} ({c['points']} points)") for c in rubric]
+    assert all(c.cell_type == "markdown" and not c.metadata["nbgrader"]["grade"] and c.metadata["nbgrader"]["locked"]
+               for c in tasks)  # nbgrader's task cells: graded by hand, but not grade cells of their own
+    assert summaries[1].points == 20 and all(g.kind == "free text" for g in summaries[1].graded)
+    sheet = (out / "grading" / "rubric.md").read_text()
+    for key in ("Q1", "Q2", "Q3"):
+        assert all(c["criterion"] in sheet for c in assessment.rubrics()[key])
+    assert all(c["full"] in sheet for c in rubric) and "The project (20 points)" in sheet
+    # Nothing of it in the public notebooks.
+    public = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "notebooks").rglob("*.ipynb"))
+    assert nbgrader_course.RUBRIC_HEADING not in public and not any(c["full"] in public for c in rubric)
+    assert "Project: one experiment" not in public
+    with pytest.raises(ValueError, match="needs a rubric"):
+        nbgrader_course.project_notebook([])
+    plain = build_course([REPO / "notebooks" / "02_attention.ipynb"], tmp_path / "plain")
+    assert [s.name for s in plain] == ["02_attention"] and not (tmp_path / "plain" / "source" / "project").exists()
+
+
+def test_the_plans_weights(tmp_path):
+    project = assessment.plan_weights(plan="project")
+    assert [(p["name"], p["weight"], p["lessons"][:1], p["assignments"]) for p in project["parts"]] == [
+        ("Homework", 30.0, ["01"], []), ("Project", 50.0, [], ["project"]), ("Interview answers", 20.0, ["11"], [])]
+    assert [p["weight"] for p in assessment.plan_weights(plan="exam")["parts"]] == [50.0, 20.0, 30.0]
+    with pytest.raises(ValueError, match=r"no plan 'essay' in section 2 \(its plans: exam, project\)"):
+        assessment.plan_weights(plan="essay")
+    guide = tmp_path / "teaching.md"
+    guide.write_text("## 2. Assessment plan\n\n### Plan `exam`\n\n| Part | Weight | What | How |\n|---|---|---|---|\n"
+                     "| Homework | 100 % | lessons 01-10 | nbgrader |\n\n### Plan `project`\n\n"
+                     "| Part | Weight | What | How |\n|---|---|---|---|\n| Homework | 40 % | lessons 01-10 | nbgrader |\n\n"
+                     "## 3. Next\n")
+    assert assessment.plan_weights(guide)["parts"][0]["weight"] == 100.0
+    with pytest.raises(ValueError, match="the project plan's weights must add up to 100 %"):
+        assessment.plan_weights(guide, plan="project")
 
 
 @pytest.mark.slow
-def test_a_variant_graded_end_to_end(tmp_path, shakespeare_path):
-    name = "02_attention"
+def test_grades_export_applies_the_chosen_plan(tmp_path):
+    """nbgrader takes the project's task cells and lesson 11's rubric cells (generate_assignment fills the
+    gradebook from them); with scores entered as the formgrader stores them, --plan weights the parts."""
     course = tmp_path / "course"
-    roster = tmp_path / "roster.csv"
-    roster.write_text("id,first_name,last_name,email\nright,Ada,Right,\nwrong,Bo,Wrong,\nblank,Cy,Blank,\n"
-                      "absent,Di,Absent,\n")
-    assert nbgrader_course.main(["--notebooks", str(REPO / "notebooks"), "--out", str(course), "--only", name,
-                                 "--secret-seed", SECRET.decode(), "--roster", str(roster)]) == 0
-    assert (course / "mathjax" / "MathJax.js").is_file()
-    summaries = build_course([REPO / "notebooks" / f"{name}.ipynb"], course, secret=SECRET)  # the same again
-    graded = summaries[0].graded
-    os.environ.setdefault("GPT_LESSON_DATA", str(shakespeare_path))
-    logs = [_nbgrader(course, "generate_assignment", name)]
-    nb = _lesson(name)
-    exercises = find_exercises(nb)
-    release = course / "release" / name / f"{name}.ipynb"
-    for student in ("right", "wrong", "blank"):
-        copy = nbformat.read(release, as_version=4)
-        cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in copy.cells}
-        for ex, g in zip(exercises, graded):
-            cell = cells[f"your-turn-{ex.number}-answer"]
-            if student == "right":
-                cell.source += "\n\n" + g.variants[0].solution
-            elif student == "wrong":  # the public lesson's solution: the typical mistake on a variant
-                cell.source += "\n\n" + nbgrader_course._solution_code(ex, nb)
-        folder = course / "submitted" / student / name
-        folder.mkdir(parents=True)
-        nbformat.write(copy, folder / f"{name}.ipynb")
-    logs.append(_nbgrader(course, "autograde", name))
-    logs.append(_nbgrader(course, "generate_feedback", name))
-    log = "\n".join(logs)
-    # nbgrader without alarms: no changed checksum, no output read as a score.
-    assert "checksum" not in log.lower() and "cannot be converted" not in log and "has changed" not in log, log[-3000:]
+    lessons = [REPO / "notebooks" / f"{n}.ipynb" for n in ("02_attention", "11_interview_questions")]
+    build_course(lessons, course, project=True)
+    log = _nbgrader(course, "generate_assignment", "*")
+    assert "checksum" not in log.lower()
     from nbgrader.api import Gradebook
 
-    total = summaries[0].points
+    assessment.gradebook_path_ready()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        assert sorted(s.id for s in gb.students) == ["absent", "blank", "right", "wrong"]
-        scores = {s: gb.find_submission(name, s).score for s in ("right", "wrong", "blank")}
-        assert scores == {"right": float(total), "wrong": 0.0, "blank": 0.0}
-        assert gb.find_student("right").last_name == "Right"
-    # The grader's own cases ran (two calls of each check for the right student).
-    autograded = nbformat.read(course / "autograded" / "right" / name / f"{name}.ipynb", as_version=4)
-    for c in autograded.cells:
-        if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code":
-            printed = "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
-            assert printed.count(": passed.") == 2, printed
-            assert not [o for o in c.outputs if o.output_type == "execute_result"]
-    # The typical-wrong student is told what went wrong, by name; no page loads a remote script.
-    page = html.unescape((course / "feedback" / "wrong" / name / f"{name}.html").read_text(encoding="utf-8"))
-    assert f"not yet ({checks.LESSON_SCALE})" in page or f"not yet ({checks.TEMPERATURE_IGNORED})" in page
-    assert f"not yet ({checks.TEMPERATURE_IGNORED})" in page
-    for student in ("right", "wrong", "blank"):
-        text = (course / "feedback" / student / name / f"{name}.html").read_text(encoding="utf-8")
-        sources = re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", text) + re.findall(
-            r"<link[^>]*\bhref=[\"']([^\"']+)", text)
-        assert sources and not [s for s in sources if re.match(r"(https?:)?//", s)], sources
-        assert "../../../mathjax/MathJax.js" in text
-    # The grades, weighted as docs/teaching.md section 2 says, one row per student of the roster.
-    out = tmp_path / "weighted.csv"
-    assert nbgrader_course.main(["--out", str(course), "--export-grades", str(out)]) == 0
-    with open(out, newline="") as f:
-        rows = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert sorted(rows) == ["absent", "blank", "right", "wrong"]
-    assert rows["right"]["Homework (%)"] == "100.0" and rows["right"]["weighted total (of 100)"] == "50.0"
-    assert rows["wrong"]["Homework (%)"] == "0.0" and rows["absent"]["Homework (%)"] == "0.0"
-    assert rows["right"]["Oral exam (%)"] == "" and rows["right"]["weight graded so far (%)"] == "50"
-    assert rows["right"]["last_name"] == "Right"
+        assert {a.name: a.max_score for a in gb.assignments} == {"02_attention": 4.0, "11_interview_questions": 18.0,
+                                                                "project": 20.0}
+        assert len(gb.find_notebook("project", "project").task_cells) == 5
+        gb.update_or_create_student("ada")
+        gb.update_or_create_student("bo")  # hands nothing in
+        scores = {"02_attention": None, "11_interview_questions": {"q1-answer": 4, "q2-answer": 2, "q3-answer": 0},
+                  "project": {"rubric-1-question-and-baseline": 3, "rubric-2-implementation-is-correct": 5,
+                              "rubric-3-evidence": 2, "rubric-4-interpretation": 4, "rubric-5-communication": 1}}
+        for name, manual in scores.items():
+            gb.add_submission(name, "ada")
+            for grade in gb.find_submission(name, "ada").notebooks[0].grades:
+                # autograded cells: full marks; graded by hand: the rubric points given above
+                grade.manual_score = grade.max_score if manual is None or grade.name not in manual else \
+                    manual[grade.name]
+            gb.db.commit()
+        assert [gb.find_submission(n, "ada").score for n in scores] == [4.0, 12.0, 15.0]
+    rows = {}
+    for plan in ("exam", "project"):
+        out = tmp_path / f"{plan}.csv"
+        assert nbgrader_course.main(["--out", str(course), "--export-grades", str(out), "--plan", plan]) == 0
+        with open(out, newline="") as f:
+            rows[plan] = {r["student_id"]: r for r in csv.DictReader(f)}
+    # exam: homework 50 % x 100 % + interview 20 % x 12/18; the oral exam is yours (30 % still to grade)
+    assert rows["exam"]["ada"]["weighted total (of 100)"] == "63.3" and rows["exam"]["ada"]["Oral exam (%)"] == ""
+    assert rows["exam"]["ada"]["weight graded so far (%)"] == "70" and "Project (%)" not in rows["exam"]["ada"]
+    # project: homework 30 % x 100 % + project 50 % x 15/20 + interview 20 % x 12/18
+    ada = rows["project"]["ada"]
+    assert (ada["Homework (%)"], ada["Project (%)"], ada["Interview answers (%)"]) == ("100.0", "75.0", "66.7")
+    assert ada["weighted total (of 100)"] == "80.8" and ada["weight graded so far (%)"] == "100"
+    assert rows["project"]["bo"]["weighted total (of 100)"] == "0.0"

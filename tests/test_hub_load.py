@@ -149,3 +149,17 @@ def test_the_guide_sizes_the_hub_from_the_measurements():
         assert peak + server <= limit_mb, (result["notebook"], peak, server, limit_mb)
     for row in hub_load.markdown_rows(results):
         assert row in guide, row
+
+
+def test_the_image_has_the_compiler_lesson_10_compiles_with():
+    """Lesson 10's compile section builds C++ (torch.compile's Inductor): the Binder/repo2docker image installs
+    a compiler from binder/apt.txt, and the guide's hub sizing says so."""
+    from pathlib import Path
+
+    root = Path(hub_load.REPO_ROOT)
+    packages = [ln.strip() for ln in (root / "binder" / "apt.txt").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")]
+    assert "g++" in packages
+    guide = (root / "docs" / "teaching.md").read_text()
+    hub = guide[guide.index("## 8. Running the course on a JupyterHub"):guide.index("## 9.")]
+    assert "apt-get install g++" in hub and "`binder/apt.txt`" in hub

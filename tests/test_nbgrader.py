@@ -1,14 +1,17 @@
 """Homework with nbgrader: the course folder built from the lessons, and a whole grading round.
 
 The structure tests build every lesson's assignment and small synthetic ones (both exercise layouts,
-an interview question, broken exercises). The end-to-end test builds the course folder for two lessons,
-runs ``nbgrader generate_assignment``, hands in a correct, a partly wrong and an untouched copy of each as
-three students, runs ``nbgrader autograde``, ``generate_feedback`` and ``export``, and checks the scores
-in the gradebook and in the CSV, the diagnosis in the feedback, and that the hidden cases ran.
+an interview question, broken exercises). The end-to-end test builds the course folder for two lessons as
+the guide says (a teacher's secret, so lesson 02's exercises are variants; a roster; MathJax bundled), runs
+``nbgrader generate_assignment``, hands in a correct, a partly wrong (a classic bug, and on the variant the
+public lesson's solution), an untouched and a hostile copy, runs ``nbgrader autograde``,
+``generate_feedback`` and ``export``, and checks the scores in the gradebook and in the CSVs (nbgrader's
+and the weighted one), the diagnoses in the feedback, and that the grader's own cases ran.
 """
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -258,7 +261,15 @@ BUGS = {
                                "    s = s.masked_fill(torch.ones(T, T).tril() == 0, 0.0)\n    return s.softmax(dim=-1) @ v\n",
                                "MASK_WITH_ZERO"),
 }
-STUDENTS = ("correct", "partly_wrong", "untouched", "hostile")
+# Who hands in what. "untouched" is handed in as released (blank); "absent" is on the roster and hands in nothing.
+# The untouched path is the same code in every lesson, so one lesson has it.
+STUDENTS = {"01_tokens_and_embeddings": ("correct", "partly_wrong", "hostile"),
+            "02_attention": ("correct", "partly_wrong", "untouched", "hostile")}
+ROSTER = {"correct": ("Ada", "Right"), "partly_wrong": ("Bo", "Partly"), "untouched": ("Cy", "Blank"),
+          "hostile": ("Eve", "Hostile"), "absent": ("Di", "Absent")}
+# The course is built with a teacher's secret: lesson 02's exercises become variants (tools/assessment.py),
+# lesson 01's have none and stay the lesson's.
+SECRET = "teacher-secret-1"
 # Issue 28 item 6: answers that try to get past the graded checks, one per exercise (in order), and what the
 # feedback must say about each. Each scores 0.
 HOSTILE = {
@@ -291,24 +302,34 @@ def _nbgrader(course: Path, *args: str, timeout: float = 1200) -> str:
     return proc.stdout + proc.stderr
 
 
-def _plan(lesson: Path) -> list[dict]:
-    """Per exercise: its answer cell's grade_id, the correct code, and (for the first exercise whose check has
-    a known classic mistake) the buggy code and the label the check gives it."""
+def _plan(lesson: Path, summary) -> list[dict]:
+    """Per exercise: its answer cell's grade_id, the correct code (the variant's, in a varied exercise), what
+    the partly wrong student hands in and the diagnosis it gets (None: correct). The partly wrong student has
+    the first exercise whose check has a known classic mistake wrong with that bug; in a varied exercise the
+    others get the public lesson's solution (the typical mistake on a variant), elsewhere the right answer."""
+    from gpt_lesson import checks
+
     nb = nbformat.read(lesson, as_version=4)
     plan, bug_used = [], False
-    for i, ex in enumerate(find_exercises(nb)):
+    for i, (ex, g) in enumerate(zip(find_exercises(nb), summary.graded)):
         call = ex.checks(nb)[0]
         name, fn = re.match(r"(\w+)\((\w+)", call).groups()
         hostile, says = HOSTILE[lesson.stem][i]
+        public = nbgrader_course._solution_code(ex, nb)
+        variant = g.variants[0] if g.variants else None
         item = {"answer": f"your-turn-{ex.number}-answer", "check": f"your-turn-{ex.number}-check",
-                "solution": nbgrader_course._solution_code(ex, nb), "bug": None, "label": None,
-                "hostile": hostile, "says": says}
+                "solution": variant.solution if variant else public, "partly": variant and public, "label": None,
+                "bug": None, "hostile": hostile, "says": says}
+        if variant:
+            item["label"] = {"check_variant_scores": checks.LESSON_SCALE,
+                             "check_variant_softmax": checks.TEMPERATURE_IGNORED,
+                             "check_variant_window": checks.WINDOW_IGNORED}[variant.check]
         if not bug_used and name in BUGS:
-            from gpt_lesson import checks
-
             template, label = BUGS[name]
-            item["bug"], item["label"] = template.format(fn=fn), getattr(checks, label)
+            item["bug"] = item["partly"] = template.format(fn=fn)
+            item["label"] = getattr(checks, label)
             bug_used = True
+        item["partly"] = item["partly"] or item["solution"]
         plan.append(item)
     assert bug_used, f"{lesson.stem}: no exercise with a known classic mistake ({sorted(BUGS)})"
     return plan
@@ -318,38 +339,39 @@ def _plan(lesson: Path) -> list[dict]:
 def graded(tmp_path_factory, shakespeare_path):
     lessons = [REPO / "notebooks" / f"{name}.ipynb" for name in E2E_LESSONS]
     course = tmp_path_factory.mktemp("course")
+    roster = course.parent / "roster.csv"
+    roster.write_text("id,first_name,last_name,email\n" + "".join(f"{s},{f},{last},\n" for s, (f, last) in ROSTER.items()))
     started = time.perf_counter()
-    summaries = {s.name: s for s in build_course(lessons, course)}
+    # As the guide says: build with the secret and the roster (MathJax bundled), then again (the same course):
+    # the second build gives what each assignment grades.
+    assert nbgrader_course.main(["--notebooks", str(REPO / "notebooks"), "--out", str(course), "--only",
+                                 *E2E_LESSONS, "--secret-seed", SECRET, "--roster", str(roster)]) == 0
+    summaries = {s.name: s for s in build_course(lessons, course, secret=SECRET.encode())}
     times = {"build": time.perf_counter() - started}
     os.environ.setdefault("GPT_LESSON_DATA", str(shakespeare_path))
+    t = time.perf_counter()
+    logs = [_nbgrader(course, "generate_assignment", "*")]
+    times["generate"] = time.perf_counter() - t
     plans = {}
-    logs = []
     for name in E2E_LESSONS:
-        t = time.perf_counter()
-        logs.append(_nbgrader(course, "generate_assignment", name))
-        times[f"generate {name}"] = time.perf_counter() - t
         release = course / "release" / name / f"{name}.ipynb"
-        plans[name] = _plan(REPO / "notebooks" / f"{name}.ipynb")
-        for student in STUDENTS:
+        plans[name] = _plan(REPO / "notebooks" / f"{name}.ipynb", summaries[name])
+        for student in STUDENTS[name]:
             nb = nbformat.read(release, as_version=4)
             cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
             for item in plans[name]:
                 cell = cells[item["answer"]]
                 stub = cell.source.rstrip("\n")
-                if student == "correct" or (student == "partly_wrong" and item["bug"] is None):
-                    cell.source = stub + "\n\n" + item["solution"] + "\n"
-                elif student == "partly_wrong":
-                    cell.source = stub + "\n\n" + item["bug"]
-                elif student == "hostile":
-                    cell.source = stub + "\n\n" + item["hostile"]
+                if student != "untouched":
+                    cell.source = stub + "\n\n" + item[{"correct": "solution", "partly_wrong": "partly",
+                                                        "hostile": "hostile"}[student]].rstrip("\n") + "\n"
             folder = course / "submitted" / student / name
             folder.mkdir(parents=True)
             nbformat.write(nb, folder / f"{name}.ipynb")
-    for name in E2E_LESSONS:
-        t = time.perf_counter()
-        logs.append(_nbgrader(course, "autograde", name))
-        times[f"autograde {name} ({len(STUDENTS)} students)"] = time.perf_counter() - t
-        logs.append(_nbgrader(course, "generate_feedback", name))
+    t = time.perf_counter()
+    logs.append(_nbgrader(course, "autograde", "*"))
+    times[f"autograde ({sum(len(v) for v in STUDENTS.values())} submissions)"] = time.perf_counter() - t
+    logs.append(_nbgrader(course, "generate_feedback", "*"))
     _nbgrader(course, "export")
     times["total"] = time.perf_counter() - started
     print("\nnbgrader round: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
@@ -358,30 +380,37 @@ def graded(tmp_path_factory, shakespeare_path):
 
 def _expected(graded, name: str, student: str) -> float:
     points = {g.grade_id: g.points for g in graded["summaries"][name].graded}
+    if student not in STUDENTS[name] or student in ("untouched", "hostile"):
+        return 0.0
     if student == "correct":
         return float(sum(points.values()))
-    if student in ("untouched", "hostile"):
-        return 0.0
-    return float(sum(points[item["check"]] for item in graded["plans"][name] if item["bug"] is None))
+    return float(sum(points[item["check"]] for item in graded["plans"][name] if item["partly"] == item["solution"]))
 
 
 @pytest.mark.slow
 def test_scores_in_the_gradebook(graded):
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook, MissingEntry
 
     with Gradebook(f"sqlite:///{graded['course'] / 'gradebook.db'}") as gb:
-        assert sorted(s.id for s in gb.students) == sorted(STUDENTS)
+        assert sorted(s.id for s in gb.students) == sorted(ROSTER)
+        assert gb.find_student("correct").last_name == "Right"  # the roster's names
         for name in E2E_LESSONS:
             total = graded["summaries"][name].points
-            for student in STUDENTS:
+            for student in ROSTER:
+                if student not in STUDENTS[name]:
+                    with pytest.raises(MissingEntry):
+                        gb.find_submission(name, student)
+                    continue
                 sub = gb.find_submission(name, student)
                 assert (sub.score, sub.max_score) == (_expected(graded, name, student), total), (name, student)
                 for item in graded["plans"][name]:
                     grade = gb.find_grade(item["check"], name, name, student)
-                    full = student == "correct" or (student == "partly_wrong" and item["bug"] is None)
+                    full = student == "correct" or (student == "partly_wrong" and item["partly"] == item["solution"])
                     assert student != "hostile" or not full
                     assert grade.score == (grade.max_score if full else 0.0), (name, student, item["check"])
-    assert _expected(graded, "02_attention", "partly_wrong") == 2.0  # e.g. 2 of 4 points
+    assert _expected(graded, "01_tokens_and_embeddings", "partly_wrong") == 4.0  # 4 of 6 points
+    # On the variant, the public lesson's solution scores nothing: the partly wrong student's 02 is all wrong.
+    assert _expected(graded, "02_attention", "partly_wrong") == 0.0
 
 
 @pytest.mark.slow
@@ -389,8 +418,8 @@ def test_nbgrader_raises_no_alarm(graded):
     """Issue 29: no "Attribute 'checksum' for cell ... has changed!" (the test cells are the same in both versions)
     and no "cannot be converted to a float" (no graded cell leaves a value nbgrader reads as a partial score)."""
     log = graded["log"]
-    assert "has changed" not in log, [line for line in log.splitlines() if "has changed" in line][:3]
-    assert "cannot be converted" not in log
+    assert "checksum" not in log.lower(), [line for line in log.splitlines() if "checksum" in line.lower()][:3]
+    assert "has changed" not in log and "cannot be converted" not in log
     # What else nbgrader and its kernels warn about has nothing to do with the cells: the kernel's TCP
     # transport, and the lessons' figures without alt text (nbconvert's accessibility check of the feedback).
     others = [line for line in log.splitlines() if "WARNING" in line and "Kernel is running over TCP" not in line
@@ -404,7 +433,24 @@ def test_scores_in_the_exported_csv(graded):
         rows = list(csv.DictReader(f))
     got = {(r["assignment"], r["student_id"]): (float(r["score"]), float(r["max_score"])) for r in rows}
     assert got == {(name, student): (_expected(graded, name, student), float(graded["summaries"][name].points))
-                   for name in E2E_LESSONS for student in STUDENTS}
+                   for name in E2E_LESSONS for student in ROSTER}
+
+
+@pytest.mark.slow
+def test_weighted_grades_export(graded, tmp_path):
+    """--export-grades with the plan's weights (docs/teaching.md section 2), one row per student of the roster."""
+    out = tmp_path / "weighted.csv"
+    assert nbgrader_course.main(["--out", str(graded["course"]), "--export-grades", str(out)]) == 0
+    with open(out, newline="") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert sorted(rows) == sorted(ROSTER) and rows["correct"]["last_name"] == "Right"
+    homework = {s: sum(_expected(graded, n, s) for n in E2E_LESSONS) / sum(graded["summaries"][n].points
+                                                                          for n in E2E_LESSONS) for s in ROSTER}
+    assert homework["correct"] == 1.0 and homework["partly_wrong"] == 0.4 and homework["absent"] == 0.0
+    for student, share in homework.items():
+        assert rows[student]["Homework (%)"] == f"{100 * share:.1f}"
+        assert rows[student]["weighted total (of 100)"] == f"{50 * share:.1f}"  # homework weighs 50 %
+        assert rows[student]["Oral exam (%)"] == "" and rows[student]["weight graded so far (%)"] == "50"
 
 
 @pytest.mark.slow
@@ -412,25 +458,42 @@ def test_feedback_names_the_bug_and_hidden_cases_ran(graded):
     import html
 
     course = graded["course"]
+    assert (course / "mathjax" / "MathJax.js").is_file()
     for name in E2E_LESSONS:
-        bug = next(item for item in graded["plans"][name] if item["bug"])
         page = html.unescape((course / "feedback" / "partly_wrong" / name / f"{name}.html").read_text(encoding="utf-8"))
-        assert f"not yet ({bug['label']})" in page and "Likely bug" in page
-        untouched = html.unescape((course / "feedback" / "untouched" / name / f"{name}.html").read_text(encoding="utf-8"))
-        assert "not attempted yet" in untouched
+        for item in graded["plans"][name]:  # the bug by name; on the variant, the lesson's task by name
+            if item["label"] and item["partly"] != item["solution"]:
+                assert f"not yet ({item['label']})" in page, (name, item["label"])
+        assert "Likely bug" in page
+        if "untouched" in STUDENTS[name]:
+            untouched = html.unescape((course / "feedback" / "untouched" / name / f"{name}.html").read_text(encoding="utf-8"))
+            assert "not attempted yet" in untouched
         hostile = html.unescape((course / "feedback" / "hostile" / name / f"{name}.html").read_text(encoding="utf-8"))
         for item in graded["plans"][name]:  # every attempt on the graded checks is named in the feedback
             assert item["says"] in hostile, (name, item["says"])
-        # The graded notebooks hold the hidden cases again (the student's copy did not), and they ran.
+        # The graded notebooks hold the grader's own cases (the student's copy did not), and they ran.
         graded_nb = nbformat.read(course / "autograded" / "correct" / name / f"{name}.ipynb", as_version=4)
         tests = [c for c in graded_nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
         assert tests and all("grading_cases(" in c.source for c in tests)
-        for c in tests:  # the visible run and the hidden run both passed
+        for c in tests:  # the visible run and the grader's run both passed, and no value was read as a score
             printed = "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
             visible = re.findall(r"^_verdict = _checks\.check_\w+\(.*strict=True\)$", c.source, re.M)
             assert visible and printed.count(": passed.") == 2 * len(visible), printed
+            assert not [o for o in c.outputs if o.output_type == "execute_result"]
         released = (course / "release" / name / f"{name}.ipynb").read_text(encoding="utf-8")
         assert "hidden=True" not in released and "BEGIN SOLUTION" not in released
+        # No feedback page loads a remote script or style sheet; MathJax comes from the course folder.
+        for student in STUDENTS[name]:
+            text = (course / "feedback" / student / name / f"{name}.html").read_text(encoding="utf-8")
+            sources = re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", text) + re.findall(
+                r"<link[^>]*\bhref=[\"']([^\"']+)", text)
+            assert sources and not [s for s in sources if re.match(r"(https?:)?//", s)], sources
+            assert "../../../mathjax/MathJax.js" in text
+    # The variant's checks graded lesson 02, with the variant's own inputs; lesson 01 kept the lesson's checks.
+    variants = json.loads((course / "grading" / "variants.json").read_text())
+    assert set(variants) == {"02_attention", "01_tokens_and_embeddings"} and variants["01_tokens_and_embeddings"] == {}
+    source = (course / "source" / "02_attention" / "02_attention.ipynb").read_text(encoding="utf-8")
+    assert "_checks.check_variant_scores(" in source and "_checks.check_variant_softmax(" in source
 
 
 @pytest.mark.slow

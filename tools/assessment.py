@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Variant", "VARIANT_CHECKS", "NO_VARIANT", "derive_rng", "make_variant", "read_secret",
-           "QUESTION_KINDS", "question_bank", "write_question_bank", "read_roster", "plan_weights",
+           "QUESTION_KINDS", "question_bank", "write_question_bank", "read_roster", "PLANS", "plan_weights", "rubrics",
+           "rubric_markdown",
            "weighted_grades", "write_weighted_grades"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -355,31 +356,98 @@ def read_roster(path: str | Path) -> list[dict]:
 
 _WEIGHT_ROW_RE = re.compile(r"^\|\s*([^|]+?)\s*\|\s*(\d+(?:\.\d+)?)\s*%\s*\|\s*([^|]*)\|\s*([^|]*)\|", re.M)
 _LESSONS_RE = re.compile(r"lessons?\s+(\d\d)(?:-(\d\d))?")
+_ASSIGNMENT_RE = re.compile(r"assignment `([\w-]+)`")
 _BONUS_RE = re.compile(r"Lesson (\d\d)'s assignment counts as bonus points towards the (\w+) part")
+_PLAN_RE = re.compile(r"^### Plan `(\w+)`[^\n]*\n", re.M)
+PLANS = ("exam", "project")  # the plans of docs/teaching.md section 2; the first is the default
 
 
-def plan_weights(teaching: str | Path = REPO_ROOT / "docs" / "teaching.md") -> dict:
-    """The assessment plan's parts, read from section 2 of docs/teaching.md (the one source of truth):
-    ``{"parts": [{"name", "weight", "lessons"}], "bonus": {lesson: part}}``; a part whose "How it is graded"
-    column does not name nbgrader has no lessons (its grades come from elsewhere)."""
+def _section(teaching: str | Path, number: int) -> str:
+    text = Path(teaching).read_text(encoding="utf-8")
+    m = re.search(rf"^## {number}\. [^\n]*\n(.*?)(?=^## {number + 1}\.|\Z)", text, re.S | re.M)
+    if m is None:
+        raise ValueError(f"{teaching}: no '## {number}.' section")
+    return m.group(1)
+
+
+def plan_weights(teaching: str | Path = REPO_ROOT / "docs" / "teaching.md", plan: str = "exam") -> dict:
+    """An assessment plan's parts, read from section 2 of docs/teaching.md (the one source of truth):
+    ``{"parts": [{"name", "weight", "lessons", "assignments"}], "bonus": {lesson: part}}``. The section holds
+    one table per plan, each under a ``### Plan `NAME` ...`` heading (a section with a single table and no such
+    heading is the ``exam`` plan). A part whose "How it is graded" column does not name nbgrader has no lessons
+    (its grades come from elsewhere); a part that names ``assignment `NAME` `` grades that nbgrader assignment."""
     text = Path(teaching).read_text(encoding="utf-8")
     m = re.search(r"^## 2\. Assessment plan\n(.*?)^## 3\.", text, re.S | re.M)
     if m is None:
         raise ValueError(f"{teaching}: no '## 2. Assessment plan' section")
     section = m.group(1)
+    pieces = _PLAN_RE.split(section)  # [before, name1, body1, name2, body2, ...]
+    tables = {pieces[i]: pieces[i + 1] for i in range(1, len(pieces), 2)} or {"exam": section}
+    if plan not in tables:
+        raise ValueError(f"{teaching}: no plan {plan!r} in section 2 (its plans: {', '.join(sorted(tables))})")
     parts = []
-    for name, weight, what, how in _WEIGHT_ROW_RE.findall(section):
+    for name, weight, what, how in _WEIGHT_ROW_RE.findall(tables[plan]):
         lessons: list[str] = []
         lm = _LESSONS_RE.search(what)
         if lm and "nbgrader" in how:  # a part graded elsewhere (the oral exam) has no assignments
             a, b = int(lm.group(1)), int(lm.group(2) or lm.group(1))
             lessons = [f"{n:02d}" for n in range(a, b + 1)]
-        parts.append({"name": name, "weight": float(weight), "lessons": lessons})
+        named = _ASSIGNMENT_RE.findall(what) if "nbgrader" in how else []
+        parts.append({"name": name, "weight": float(weight), "lessons": lessons, "assignments": named})
     total = sum(p["weight"] for p in parts)
     if not parts or not math.isclose(total, 100.0):
-        raise ValueError(f"{teaching}: the assessment plan's weights must add up to 100 %, got {total} from {parts}")
+        raise ValueError(f"{teaching}: the {plan} plan's weights must add up to 100 %, got {total} from {parts}")
     bonus = {lesson: part for lesson, part in _BONUS_RE.findall(section)}
     return {"parts": parts, "bonus": bonus}
+
+
+_QUESTION_RUBRIC_RE = re.compile(r"^- (Q\d+) \([^\n]*?\):(.*?)(?=^- |^\n|\Z)", re.S | re.M)
+_CRITERION_RE = re.compile(r"\s*(.+?)\s*\((\d+)\)\s*(?:;|\.?\s*$)", re.S)
+_PROJECT_ROW_RE = re.compile(r"^\|\s*([^|]+?)\s*\|\s*(\d+)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|\s*$",
+                             re.M)
+
+
+def rubrics(teaching: str | Path = REPO_ROOT / "docs" / "teaching.md") -> dict[str, list[dict]]:
+    """The rubrics of the work graded by hand, read from docs/teaching.md: lesson 11's questions (section 2,
+    "Rubric for Q1-Q3": ``{"Q1": [{"criterion", "points"}, ...]}``) and the project (section 1's table:
+    ``{"project": [{"criterion", "points", "full", "partial", "none"}, ...]}``)."""
+    out: dict[str, list[dict]] = {}
+    plan = _section(teaching, 2)
+    for question, body in _QUESTION_RUBRIC_RE.findall(plan):
+        body = " ".join(body.split())
+        criteria = [{"criterion": c.strip(), "points": int(p)} for c, p in _CRITERION_RE.findall(body)]
+        if not criteria or sum(len(c["criterion"]) for c in criteria) < len(body) // 2:
+            raise ValueError(f"{teaching}: {question}'s rubric must list criteria as 'what earns it (N); ...', "
+                             f"got {body[:80]!r}")
+        out[question] = criteria
+    glance = _section(teaching, 1)
+    m = re.search(r"^\| Criterion \| Points \| Full \| Partial \| None \|\n\|[-| ]+\|\n((?:\|.*\n?)+)", glance, re.M)
+    if m is not None:
+        out["project"] = [{"criterion": c, "points": int(p), "full": f, "partial": part, "none": none}
+                          for c, p, f, part, none in _PROJECT_ROW_RE.findall(m.group(1))]
+    for key, criteria in out.items():
+        if not criteria or any(c["points"] < 1 for c in criteria):
+            raise ValueError(f"{teaching}: the rubric of {key} must have criteria of at least 1 point each, "
+                             f"got {criteria}")
+    return out
+
+
+def rubric_markdown(rubric: dict[str, list[dict]]) -> str:
+    """The graders' sheet (``grading/rubric.md`` of the course folder): each rubric with its points."""
+    lines = ["# Rubrics for grading by hand", "",
+             "From docs/teaching.md (sections 1 and 2). Grade each answer cell (Q1-Q3 of lesson 11) and each of "
+             "the project's task cells in nbgrader's formgrader; a criterion is met in full or not (the project's: "
+             "full, partial or none).", ""]
+    for key, criteria in rubric.items():
+        title = "The project" if key == "project" else f"Lesson 11, {key}"
+        lines += [f"## {title} ({sum(c['points'] for c in criteria)} points)", ""]
+        for c in criteria:
+            line = f"- **{c['points']}**: {c['criterion']}"
+            if "full" in c:
+                line += f". Full: {c['full']}. Partial: {c['partial']}. None: {c['none']}."
+            lines.append(line)
+        lines.append("")
+    return "\n".join(lines)
 
 
 def gradebook_path_ready() -> None:
@@ -402,7 +470,7 @@ def weighted_grades(db_url: str, plan: dict) -> tuple[list[str], list[dict]]:
     parts = plan["parts"]
     with Gradebook(db_url) as gb:
         assignments = {a.name: a for a in gb.assignments}
-        by_lesson = {name[:2]: name for name in assignments}
+        by_lesson = {name[:2]: name for name in assignments if re.match(r"\d\d_", name)}
         rows = []
         for student in sorted(gb.students, key=lambda s: s.id):
             row = {"student_id": student.id, "last_name": student.last_name or "",
@@ -410,6 +478,7 @@ def weighted_grades(db_url: str, plan: dict) -> tuple[list[str], list[dict]]:
             total, graded_weight = 0.0, 0.0
             for part in parts:
                 names = [by_lesson[lesson] for lesson in part["lessons"] if lesson in by_lesson]
+                names += [a for a in part.get("assignments", []) if a in assignments and a not in names]
                 if not names:
                     row[f"{part['name']} (%)"] = ""
                     continue

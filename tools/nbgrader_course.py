@@ -40,8 +40,10 @@ How a lesson becomes an assignment (the layout of a lesson's exercises: ``tools/
 
 Also: ``--roster CSV`` adds the students to the gradebook; an ``nbgrader_config.py`` you edited is kept
 (``--overwrite-config`` replaces it); MathJax is bundled in ``mathjax/`` for the feedback pages;
-``--export-grades CSV`` writes the weighted grades of docs/teaching.md section 2. The lessons themselves
-stay as they are for self-study.
+``--export-grades CSV`` writes the weighted grades of docs/teaching.md section 2 (``--plan exam|project``);
+``--project`` adds the project assignment, its rubric as task cells graded by hand; ``grading/rubric.md`` holds
+the rubrics of everything graded by hand (lesson 11's Q1-Q3 and the project). The lessons themselves stay
+as they are for self-study.
 """
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ from tools.exercises import YOUR_TURN_RE, Exercise, cell_text, find_exercises, w
 from tools.slides import _details_blocks, answer_kind, exercise_names, find_notebooks, select_notebooks, strip_solutions
 
 __all__ = ["AssignmentSummary", "assignment_notebook", "build_course", "build_parser", "main", "check_source", "lesson_name",
-           "NBGRADER_CONFIG", "QUESTION_RE"]
+           "NBGRADER_CONFIG", "QUESTION_RE", "PROJECT", "project_notebook"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_VERSION = 3
@@ -335,12 +337,14 @@ def _lesson_language(nb) -> str:
 
 
 def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_question: int = 4,
-                        secret: bytes | None = None):
+                        secret: bytes | None = None, rubric: dict[str, list[dict]] | None = None):
     """The nbgrader source notebook for lesson ``nb`` and what is graded in it: ``(notebook, graded cells)``.
 
     With the teacher's ``secret``, the exercises whose check has a variant (``tools/assessment.py``) get it:
     a cell under the exercise's heading states the twist, the teacher's solution and the graded cell are the
-    variant's."""
+    variant's. With a ``rubric`` (``assessment.rubrics()``), an interview question it covers is worth the
+    rubric's points (not ``points_per_question``), and the teacher's version of its answer cell holds the
+    rubric below the model answer, in the region nbgrader removes from the student version."""
     for label, value in (("points_per_check", points_per_check), ("points_per_question", points_per_question)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
@@ -372,10 +376,16 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
             return
         gid = f"{question.lower()}-answer"
         text = pending_answer or "(The model answer is in the teacher's copy of the lesson.)"
-        cell = new_markdown_cell(_text("free_text", lang, question=question, points=points_per_question)
+        points = points_per_question
+        criteria = (rubric or {}).get(question)
+        if criteria:
+            points = sum(c["points"] for c in criteria)
+            text += f"\n\n**{RUBRIC_HEADING} ({points} points)**\n\n" + "\n".join(
+                f"- ({c['points']}) {c['criterion']}" for c in criteria)
+        cell = new_markdown_cell(_text("free_text", lang, question=question, points=points)
                                  + f"\n\n### BEGIN SOLUTION\n{text}\n### END SOLUTION")
-        cells.append(_nbgrader(cell, grade_id=gid, solution=True, grade=True, points=points_per_question))
-        graded.append(GradedCell(gid, points_per_question, "free text"))
+        cells.append(_nbgrader(cell, grade_id=gid, solution=True, grade=True, points=points))
+        graded.append(GradedCell(gid, points, "free text"))
         question, pending_answer = None, None
 
     for i, cell in enumerate(nb.cells):
@@ -436,6 +446,61 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
         cell["id"] = cell.metadata["nbgrader"]["grade_id"]  # unique, and stable from one build to the next
     out = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(nb.metadata))
     out.metadata.pop("widgets", None)
+    nbformat.validate(out)
+    return out, graded
+
+
+RUBRIC_HEADING = "Rubric, for the graders"
+PROJECT = "project"  # the project assignment's name (docs/teaching.md section 2, plan `project`)
+PROJECT_BRIEF = """# Project: one experiment on the course's GPT
+
+Choose one small experiment (or propose your own and have it approved in week 3):
+
+- add top-p sampling or a repetition penalty and measure what it changes in the samples;
+- swap LayerNorm for RMSNorm, or GELU for SwiGLU, and compare validation loss at equal parameters;
+- train lesson 09's model on BPE tokens (lesson 13) and compare bits per character;
+- measure the KV cache's speed-up across context lengths;
+- reproduce one claim of lesson 11 with a new experiment.
+
+Hand in this notebook. It must run top to bottom in a fresh kernel in at most 5 minutes on 2 CPU cores, with
+a half-page summary in the cell below. Add as many cells as you need between the summary and *How it is
+graded*; say before each cell what it shows. You present it in 5 minutes.
+
+`gpt_lesson` has everything the lessons built: `from gpt_lesson.model import GPT, GPTConfig`,
+`from gpt_lesson.training import train`, `from gpt_lesson.data import load_tiny_shakespeare, get_batch`."""
+PROJECT_GRADING = ("## How it is graded ({points} points)\n\nBy hand, one cell per criterion below: full, "
+                   "partial or no points for each.")
+
+
+def project_notebook(criteria: list[dict], *, kernelspec: dict | None = None) -> tuple[nbformat.NotebookNode,
+                                                                                      list[GradedCell]]:
+    """The project assignment: the brief, a summary cell and a code cell the student fills (plain cells: the
+    student adds more), then one task cell per criterion of the rubric (``assessment.rubrics()["project"]``),
+    graded by hand in the formgrader with the criterion's points. Task cells are locked and the same in
+    every version, so the rubric is also what the student reads."""
+    if not criteria:
+        raise ValueError("the project needs a rubric: docs/teaching.md section 1's table "
+                         "'| Criterion | Points | Full | Partial | None |' lists no criterion")
+    total = sum(c["points"] for c in criteria)
+    cells = [_nbgrader(new_markdown_cell(PROJECT_BRIEF), grade_id="brief", locked=True),
+             new_markdown_cell("## Summary\n\n(Half a page: your question, the baseline, what you changed, the "
+                               "numbers, what they show and what they do not.)"),
+             new_code_cell("# Your experiment: seed everything, print rounded numbers.\n"),
+             _nbgrader(new_markdown_cell(PROJECT_GRADING.format(points=total)), grade_id="grading", locked=True)]
+    graded = []
+    for i, c in enumerate(criteria, 1):
+        gid = f"rubric-{i}-" + re.sub(r"[^a-z0-9]+", "-", c["criterion"].lower()).strip("-")
+        text = (f"### {c['criterion']} ({c['points']} points)\n\n- **Full** ({c['points']}): {c['full']}\n"
+                f"- **Partial**: {c['partial']}\n- **None** (0): {c['none']}")
+        # nbgrader's task cell: locked, not a grade cell of its own ("grade": False), with points
+        cell = _nbgrader(new_markdown_cell(text), grade_id=gid, locked=True, points=c["points"])
+        cell.metadata["nbgrader"]["task"] = True
+        cells.append(cell)
+        graded.append(GradedCell(gid, c["points"], "free text"))
+    for cell in cells:
+        cell["id"] = cell.metadata.get("nbgrader", {}).get("grade_id") or f"work-{cells.index(cell)}"
+    out = nbformat.v4.new_notebook(cells=cells)
+    out.metadata["kernelspec"] = kernelspec or {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.validate(out)
     return out, graded
 
@@ -516,25 +581,26 @@ def add_roster(out: Path, students: list[dict]) -> int:
 
 def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str = "gpt-lesson",
                  points_per_check: int = 2, points_per_question: int = 4, secret: bytes | None = None,
-                 overwrite_config: bool = False, questions: int = 4,
+                 overwrite_config: bool = False, questions: int = 4, project: bool = False,
+                 teaching: Path = REPO_ROOT / "docs" / "teaching.md",
                  notes: list[str] | None = None) -> list[AssignmentSummary]:
     """Write ``out_dir/nbgrader_config.py`` and ``out_dir/source/<lesson>/<lesson>.ipynb`` for each lesson
-    that has exercises, and ``out_dir/grading/cases.json`` (the grader's own cases). With the teacher's
-    ``secret``: the variants (``grading/variants.json``, for the teacher) and the question bank
-    (``question_bank/``). Returns what each assignment grades; ``notes`` gets what the teacher should know."""
+    that has exercises, ``out_dir/grading/cases.json`` (the grader's own cases) and ``grading/rubric.md`` (the
+    rubrics of the work graded by hand, from ``teaching``). With the teacher's ``secret``: the variants
+    (``grading/variants.json``, for the teacher) and the question bank (``question_bank/``). With ``project``:
+    the project assignment (``source/project/``, its rubric as task cells graded by hand). Returns what each
+    assignment grades; ``notes`` gets what the teacher should know."""
     out = Path(out_dir)
     notes = notes if notes is not None else []
     if not re.fullmatch(r"[\w.-]+", course_id):
         raise ValueError(f"course_id must be letters, digits, '_', '-' or '.', got {course_id!r}")
     names = {path: lesson_name(path) for path in notebooks}  # every name is checked before anything is written
+    if project and PROJECT in names.values():
+        raise ValueError(f"a lesson named {PROJECT!r} would replace the project assignment: rename it")
+    rubric = assessment.rubrics(teaching)
     summaries = []
-    for path in notebooks:
-        nb = nbformat.read(path, as_version=4)
-        if not find_exercises(nb):
-            continue
-        name = names[path]
-        source, graded = assignment_notebook(nb, name, points_per_check=points_per_check,
-                                             points_per_question=points_per_question, secret=secret)
+
+    def fresh_folder(name: str) -> Path:
         (out / "source").mkdir(parents=True, exist_ok=True)
         folder = _owned_folder(out / "source", name)
         if folder.is_symlink():
@@ -543,6 +609,22 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir()
+        return folder
+
+    kernelspec = None
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        kernelspec = kernelspec or nb.metadata.get("kernelspec")
+        if not find_exercises(nb):
+            continue
+        name = names[path]
+        source, graded = assignment_notebook(nb, name, points_per_check=points_per_check,
+                                             points_per_question=points_per_question, secret=secret, rubric=rubric)
+        for g in graded:
+            if g.kind == "free text" and g.points != points_per_question:
+                notes.append(f"{name} {g.grade_id}: {g.points} points, from the rubric in {teaching.name} "
+                             f"(not --points-per-question {points_per_question})")
+        folder = fresh_folder(name)
         figures = sorted({m.group(1) for c in source.cells if c.cell_type == "markdown"
                           for m in re.finditer(r"\bfigures/([\w.-]+)", c.source)})
         for fig in figures:
@@ -556,6 +638,11 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
         summaries.append(AssignmentSummary(name, dest, graded, figures))
     if not summaries:
         raise ValueError("none of the notebooks has an exercise (a '### Your turn N: ...' section)")
+    if project:
+        source, graded = project_notebook(rubric.get(PROJECT, []), kernelspec=kernelspec)
+        dest = fresh_folder(PROJECT) / f"{PROJECT}.ipynb"
+        nbformat.write(source, dest)
+        summaries.append(AssignmentSummary(PROJECT, dest, graded, []))
     grading = out / "grading"
     grading.mkdir(parents=True, exist_ok=True)
     cases_file = grading / "cases.json"
@@ -563,6 +650,7 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
     for summary in summaries:
         cases[summary.name] = {k: v for g in summary.graded for k, v in g.cases.items()}
     cases_file.write_text(json.dumps(cases, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (grading / "rubric.md").write_text(assessment.rubric_markdown(rubric), encoding="utf-8")
     if secret is not None:
         table = {s.name: {g.grade_id: [None if v is None else {"check": v.check, **v.kwargs, **v.rules,
                                                                   "grading": v.grading}
@@ -605,9 +693,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mathjax", type=Path, metavar="DIR",
                         help="a MathJax 2 folder to bundle for the feedback pages (default: the pinned npm package)")
     parser.add_argument("--no-mathjax", action="store_true", help="do not bundle MathJax (formulas stay as TeX)")
+    parser.add_argument("--project", action="store_true",
+                        help="also write the project assignment (source/project/): the brief and one task cell per "
+                             "criterion of docs/teaching.md's project rubric, graded by hand")
     parser.add_argument("--export-grades", type=Path, metavar="CSV",
                         help="only write the grades of --out's gradebook, weighted by docs/teaching.md section 2, "
                              "one row per student (for an LMS import), then stop")
+    parser.add_argument("--plan", choices=assessment.PLANS, default=assessment.PLANS[0],
+                        help="the plan whose weights --export-grades applies (docs/teaching.md section 2; "
+                             "default: exam)")
     return parser
 
 
@@ -619,9 +713,13 @@ def main(argv: list[str] | None = None) -> int:
         if not db.is_file():
             print(f"error: {db} does not exist: autograde first (nbgrader autograde NAME in {args.out})", file=sys.stderr)
             return 2
-        rows = assessment.write_weighted_grades(f"sqlite:///{db.resolve()}", args.export_grades,
-                                                assessment.plan_weights())
-        print(f"{rows} students in {args.export_grades}")
+        try:
+            plan = assessment.plan_weights(plan=args.plan)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        rows = assessment.write_weighted_grades(f"sqlite:///{db.resolve()}", args.export_grades, plan)
+        print(f"{rows} students in {args.export_grades}, weighted by the {args.plan} plan")
         return 0
     notebooks = select_notebooks(parser, find_notebooks(args.notebooks), args.only)
     for label in ("points_per_check", "points_per_question"):
@@ -635,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         summaries = build_course(notebooks, args.out, course_id=args.course_id,
                                  points_per_check=args.points_per_check, points_per_question=args.points_per_question,
                                  secret=secret, overwrite_config=args.overwrite_config, questions=args.questions,
-                                 notes=notes)
+                                 project=args.project, notes=notes)
         if students is not None:
             notes.append(f"{add_roster(args.out, students)} students in {args.out / 'gradebook.db'}")
     except ValueError as e:
