@@ -13,7 +13,7 @@ ZH = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
 CATALOGUE = ROOT / "gpt_lesson" / "locale" / "zh" / "LC_MESSAGES" / "gpt_lesson.po"
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # Lessons whose code still prints labels with print("…：", value): converted when each is next re-executed.
-PRINTS_NOT_YET_CONVERTED = {"02_attention", "09_training", "11_interview_questions"}
+PRINTS_NOT_YET_CONVERTED = {"02_attention", "09_training"}
 BAD_RATIO = re.compile(r"大了\s*[~\d{][^倍\n]{0,30}倍|(?<![缩减])小\s*[~\d{][^倍\n]{0,30}倍")
 SPACED_QUOTE = re.compile(r"[\u4e00-\u9fff] [“”]|[“”] [\u4e00-\u9fff]")
 
