@@ -36,6 +36,7 @@ from .data import (
     load_tiny_shakespeare,
     train_val_split,
 )
+from .i18n import _
 from .model import GPT, GPTConfig
 from .training import History, TrainConfig, train
 from .validation import check_int, check_path, check_positive_int
@@ -248,10 +249,12 @@ def run(args: argparse.Namespace, ctx: distributed.DistContext,
     )
     micro = args.batch_size // (ctx.world_size * accum)
     if ctx.is_main:
-        print(f"world_size={ctx.world_size} backend={ctx.backend or 'none (one process)'} device={ctx.device}")
-        print(f"global batch {args.batch_size} rows = {ctx.world_size} rank(s) x {accum} micro-batch(es) "
-              f"x {micro} rows; {model.num_parameters():,} parameters; "
-              f"{distributed.allreduce_bytes(model):,} bytes all-reduced per step", flush=True)
+        backend = ctx.backend or _("none (one process)")
+        print(f"world_size={ctx.world_size} backend={backend} device={ctx.device}")
+        print(_("global batch {batch} rows = {world} rank(s) x {accum} micro-batch(es) x {micro} rows; "
+                "{params:,} parameters; {nbytes:,} bytes all-reduced per step").format(
+                    batch=args.batch_size, world=ctx.world_size, accum=accum, micro=micro,
+                    params=model.num_parameters(), nbytes=distributed.allreduce_bytes(model)), flush=True)
 
     stamps: list[float] = []
 
@@ -266,11 +269,12 @@ def run(args: argparse.Namespace, ctx: distributed.DistContext,
         step_seconds = [b - a for a, b in zip([start] + stamps[:-1], stamps)]
         timed = timed_steps(step_seconds, hist.eval_step)
         median = statistics.median(timed) if timed else None  # None: every step after the first evaluated
-        timing = (f"median step {1000 * median:.1f} ms" if median is not None else
-                  "median step not measured (every step but the first evaluated; raise --eval-interval)")
-        print(f"step {hist.step[-1]}: train loss {hist.train[-1]:.4f}, val loss {hist.val[-1]:.4f}; {timing}")
+        timing = (_("median step {ms:.1f} ms").format(ms=1000 * median) if median is not None else
+                  _("median step not measured (every step but the first evaluated; raise --eval-interval)"))
+        print(_("step {step}: train loss {train:.4f}, val loss {val:.4f}; {timing}").format(
+            step=hist.step[-1], train=hist.train[-1], val=hist.val[-1], timing=timing))
         if args.checkpoint:
-            print(f"checkpoint written to {args.checkpoint}")
+            print(_("checkpoint written to {path}").format(path=args.checkpoint))
         if args.history:
             _write_json_atomically(args.history, {
                 "world_size": ctx.world_size, "backend": ctx.backend, "grad_accum_steps": accum,

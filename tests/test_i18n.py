@@ -132,3 +132,31 @@ def test_extraction_finds_the_checks_messages():
     ids = {m.id for m in extract() if m.id}
     assert checks.NOT_ATTEMPTED in ids and checks.NO_SCALING in ids
     assert len(ids) > 100
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_train_ddp_reports_in_the_language_of_gpt_lesson_lang(tmp_path, lang):
+    """A notebook launches train_ddp as a subprocess: GPT_LESSON_LANG in its environment picks the language."""
+    import os
+
+    text = tmp_path / "text.txt"
+    text.write_text("To be, or not to be, that is the question.\n" * 40, encoding="utf-8")
+    args = ["--data", str(text), "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+            "--batch-size", "8", "--micro-batch-size", "4", "--max-steps", "4", "--eval-interval", "2",
+            "--eval-iters", "1", "--no-progress", "--checkpoint", str(tmp_path / "c.pt")]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update({LANG_ENV: lang, "OMP_NUM_THREADS": "1"})
+    run = subprocess.run([sys.executable, "-m", "gpt_lesson.train_ddp", *args], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    if lang == "zh":
+        assert "world_size=1 backend=无（单进程） device=cpu" in run.stdout
+        assert "全局批次 8 行 = 1 个进程 × 2 个微批次 × 4 行；" in run.stdout
+        assert "第 4 步：训练损失 " in run.stdout and "；每步耗时中位数 " in run.stdout
+        assert f"检查点已写入 {tmp_path / 'c.pt'}" in run.stdout
+        assert not any(w in run.stdout for w in ("global batch", "train loss", "median step", "checkpoint written"))
+    else:
+        assert "world_size=1 backend=none (one process) device=cpu" in run.stdout
+        assert "global batch 8 rows = 1 rank(s) x 2 micro-batch(es) x 4 rows;" in run.stdout
+        assert "step 4: train loss " in run.stdout and f"checkpoint written to {tmp_path / 'c.pt'}" in run.stdout

@@ -491,6 +491,22 @@ def test_submit_refuses_requests_that_cannot_run(scheduler, request_, error, mes
     assert scheduler.done and not scheduler.pending
 
 
+@pytest.mark.parametrize("request_, message", [
+    (Request("p", [1] * 25, 1), "请求 'p'：提示词有 25 个词元，超过了模型的 block_size=24；请只保留最后 24 个词元"),
+    (Request("p", [1] * 20, 6), r"需要 25 个上下文位置（提示词 \+ max_new_tokens - 1），超过了 block_size=24.*最多只能请求 5 个新词元"),
+    (Request("p", [1] * 10, 5), r"需要 14 个位置（4 个块，每块 4 个位置），而整个池只有 num_blocks=3 个块"),
+    (Request("p", [1, 23], 1), r"提示词中含有词元 id 23，超出范围：id 必须在 \[0, vocab_size=23\) 之内"),
+    ([Request("x", [1], 1), Request("x", [2], 1)], "request_id='x' 已被另一个请求使用"),
+])
+def test_submit_explains_a_refusal_in_the_learners_language(scheduler, request_, message):
+    """Lesson 15 prints these refusals: the Chinese edition reads them in Chinese."""
+    from gpt_lesson.i18n import language
+
+    with language("zh"), pytest.raises(ValueError, match=message):
+        scheduler.submit(request_)
+    assert scheduler.done and not scheduler.pending
+
+
 def test_a_request_id_cannot_be_reused(scheduler):
     with pytest.raises(ValueError, match="request_id='x' is already used by another request"):
         scheduler.submit([Request("x", [1], 1), Request("x", [2], 1)])

@@ -13,8 +13,7 @@ ZH = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
 CATALOGUE = ROOT / "gpt_lesson" / "locale" / "zh" / "LC_MESSAGES" / "gpt_lesson.po"
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # Lessons whose code still prints labels with print("…：", value): converted when each is next re-executed.
-PRINTS_NOT_YET_CONVERTED = {"01_tokens_and_embeddings", "02_attention", "03_causal_mask", "04_softmax_scaling",
-                            "05_multi_head_attention", "09_training", "11_interview_questions"}
+PRINTS_NOT_YET_CONVERTED = {"02_attention", "09_training"}
 BAD_RATIO = re.compile(r"大了\s*[~\d{][^倍\n]{0,30}倍|(?<![缩减])小\s*[~\d{][^倍\n]{0,30}倍")
 SPACED_QUOTE = re.compile(r"[\u4e00-\u9fff] [“”]|[“”] [\u4e00-\u9fff]")
 
@@ -30,15 +29,22 @@ def cells(path: Path, kind: str) -> list[tuple[int, str]]:
 
 
 def spaced_label_prints(code: str) -> list[int]:
-    """Lines of print("label：", value, ...) calls: print's separator puts a space after the full-width colon."""
+    """Lines of print("label：", value, ...) calls (print's separator puts a space after the full-width colon)
+    and of print(f"label： {value}"), which prints the same; two or more spaces are padding that aligns columns."""
     try:
         tree = ast.parse(code)
     except SyntaxError:  # IPython magics
         tree = ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in code.splitlines()))
+    def one_space_before_value(arg: ast.expr) -> bool:  # f"label： {value}"
+        parts = arg.values if isinstance(arg, ast.JoinedStr) else []
+        return any(isinstance(a, ast.Constant) and a.value.endswith("： ") and isinstance(b, ast.FormattedValue)
+                   for a, b in zip(parts, parts[1:]))
+
     return [node.lineno for node in ast.walk(tree)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
-            and len(node.args) > 1 and any(isinstance(a, ast.Constant) and isinstance(a.value, str)
-                                           and a.value.rstrip(" ").endswith("：") for a in node.args[:-1])]
+            and (len(node.args) > 1 and any(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                            and a.value.rstrip(" ").endswith("：") for a in node.args[:-1])
+                 or any(one_space_before_value(a) for a in node.args))]
 
 
 @pytest.mark.parametrize("path", ZH, ids=[p.stem for p in ZH])
@@ -73,6 +79,10 @@ def test_catalogue_ratios():
 
 def test_the_checks_can_fail():
     assert spaced_label_prints('print("最大差异：", d)') == [1] and not spaced_label_prints('print(f"最大差异：{d}")')
+    # an f-string with one space after the colon prints the same "： 0.001"; wider padding aligns columns
+    assert spaced_label_prints('print(f"最大差异： {d:.3f}")') == [1]
+    assert spaced_label_prints('print(f"形状：{s}"\n      f" | 差异： {d}")') == [1]
+    assert not spaced_label_prints('print(f"第 0 行：   {a}")') and not spaced_label_prints('print(f"比例： 1/{n}")')
     assert BAD_RATIO.search("权重大了 3.6 倍") and BAD_RATIO.search("梯度小 {r:.0f} 倍")
     assert not BAD_RATIO.search("是后者的 3.6 倍") and not BAD_RATIO.search("缩小 4 倍")
     assert SPACED_QUOTE.search("选中了 “But” 中") and not SPACED_QUOTE.search("选中了“But”中")

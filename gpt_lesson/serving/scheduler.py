@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import validation
+from ..i18n import _
 from .batched_forward import check_servable, inference_settings, make_batch, paged_forward
 from .paged_cache import CacheSnapshot, PagedKVCache, blocks_for
 
@@ -166,31 +167,37 @@ class Scheduler:
         for r in batch:
             validation.check_instance("request", r, Request)
             if r.request_id in self._ids or r.request_id in seen:
-                raise ValueError(f"request_id={r.request_id!r} is already used by another request; each request "
-                                 "needs its own id (its tokens are returned under it)")
+                raise ValueError(_("request_id={id} is already used by another request; each request needs its own "
+                                   "id (its tokens are returned under it)").format(id=repr(r.request_id)))
             seen.add(r.request_id)
             bad = next((t for t in r.prompt if t >= vocab_size), None)
             if bad is not None:
-                raise ValueError(f"request {r.request_id!r}: prompt holds token id {bad}, out of range: ids must be "
-                                 f"in [0, vocab_size={vocab_size})")
+                raise ValueError(_("request {id}: prompt holds token id {bad}, out of range: ids must be in "
+                                   "[0, vocab_size={vocab_size})").format(id=repr(r.request_id), bad=bad,
+                                                                          vocab_size=vocab_size))
             if len(r.prompt) > block_size:
-                raise ValueError(f"request {r.request_id!r}: its prompt has {len(r.prompt)} tokens, longer than the "
-                                 f"model's block_size={block_size}; crop it to the last {block_size} tokens")
+                raise ValueError(_("request {id}: its prompt has {n} tokens, longer than the model's "
+                                   "block_size={block_size}; crop it to the last {block_size} tokens").format(
+                                       id=repr(r.request_id), n=len(r.prompt), block_size=block_size))
             need = positions_needed(len(r.prompt), r.max_new_tokens)
             if need > block_size:
-                raise ValueError(
-                    f"request {r.request_id!r}: a prompt of {len(r.prompt)} tokens and max_new_tokens="
-                    f"{r.max_new_tokens} need {need} positions of context (prompt + max_new_tokens - 1), more than "
-                    f"block_size={block_size}; this server does not slide the window: ask for at most "
-                    f"{block_size - len(r.prompt) + 1} new tokens")
+                raise ValueError(_(
+                    "request {id}: a prompt of {n} tokens and max_new_tokens={new} need {need} positions of context "
+                    "(prompt + max_new_tokens - 1), more than block_size={block_size}; this server does not slide "
+                    "the window: ask for at most {most} new tokens").format(
+                        id=repr(r.request_id), n=len(r.prompt), new=r.max_new_tokens, need=need,
+                        block_size=block_size, most=block_size - len(r.prompt) + 1))
             blocks = blocks_for(need, cache.tokens_per_block)
             if blocks > cache.num_blocks:
-                raise ValueError(
-                    f"request {r.request_id!r} needs {need} positions ({blocks} blocks of {cache.tokens_per_block}), "
-                    f"but the whole pool has num_blocks={cache.num_blocks}: it could never run; make the pool larger")
+                raise ValueError(_(
+                    "request {id} needs {need} positions ({blocks} blocks of {tpb}), but the whole pool has "
+                    "num_blocks={num_blocks}: it could never run; make the pool larger").format(
+                        id=repr(r.request_id), need=need, blocks=blocks, tpb=cache.tokens_per_block,
+                        num_blocks=cache.num_blocks))
             if r.arrival < self.step_number:
-                raise ValueError(f"request {r.request_id!r} arrives at step {r.arrival}, but the scheduler is "
-                                 f"already at step {self.step_number}; use arrival >= {self.step_number}")
+                raise ValueError(_("request {id} arrives at step {arrival}, but the scheduler is already at step "
+                                   "{step}; use arrival >= {step}").format(id=repr(r.request_id), arrival=r.arrival,
+                                                                           step=self.step_number))
         self._ids |= seen
         self.pending.extend(batch)
         self.pending.sort(key=lambda r: r.arrival)  # stable: same arrival, submission order
