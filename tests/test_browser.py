@@ -49,6 +49,18 @@ PAINTED = """() => {
   // 3 explorers, the untrained model's attention explorer (built, hidden behind the switch), the switch
   return roots.length === 5 && roots.every((r) => Number(r.dataset.paints || 0) > 0);
 }"""
+# Click a model switch button; ms from the click to the frame after the chosen model's explorer is painted, on screen.
+SWITCH_MS = """async (index) => {
+  const t = performance.now();
+  document.querySelector(`[data-explorer=switch] [data-control=model] [data-value='${index}']`).click();
+  const root = document.querySelector(`.gl-model-pane-${index} [data-explorer=attention]`);
+  while (!(Number(root.dataset.paintedAt) > t) || !root.getClientRects().length) {
+    await new Promise((r) => requestAnimationFrame(r));
+    if (performance.now() - t > 10000) return null;
+  }
+  await new Promise((r) => requestAnimationFrame(() => { const c = new MessageChannel(); c.port1.onmessage = r; c.port2.postMessage(0); }));
+  return performance.now() - t;
+}"""
 # Mark the attention explorers' roots; later, which marked roots are still in the page and which one shows.
 MARK_ROOTS = """() => document.querySelectorAll('[data-explorer=attention]').forEach((r, n) => { r.__mark = n; })"""
 MARKED_ROOTS = """() => [...document.querySelectorAll('[data-explorer=attention]')].filter((r) => r.__mark !== undefined)
@@ -237,12 +249,11 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
         # both models' explorers are built once and stay in the page: a switch hides one and shows the other
         page.evaluate(MARK_ROOTS)
         for index, view in ((1, before.view), (0, mirror.view), (1, before.view), (0, mirror.view)):
+            latencies.setdefault("model switch", []).append(page.evaluate(SWITCH_MS, index))
             started_switch = time.monotonic()
-            page.locator(f"{sw} [data-value='{index}']").click()
             while _readout(page, "attention") != attention_lines(view):
                 assert time.monotonic() - started_switch < 10, (index, _readout(page, "attention"))
-                page.wait_for_timeout(5)
-            latencies.setdefault("model switch", []).append(1000 * (time.monotonic() - started_switch))
+                page.wait_for_timeout(20)
             assert page.evaluate(MARKED_ROOTS) == [[0, index == 0], [1, index == 1]]  # the same two, one on screen
             assert page.locator(f"{sw} [data-value='{index}']").get_attribute("aria-pressed") == "true"
             assert "query 20 " in _text(page, f"{att} [data-control=selection]")
@@ -440,7 +451,7 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
     # more here); the switch draws nothing new (building the other view anew took ~2.5 s)
     assert summary["text strip hover"]["median_ms"] < 50, summary["text strip hover"]
     assert summary["all-heads hover"]["median_ms"] < 50, summary["all-heads hover"]
-    assert summary["model switch"]["max_ms"] < 1000, summary["model switch"]
+    assert summary["model switch"]["median_ms"] < 300, summary["model switch"]
 
 
 # The notebook as JupyterLab holds it: each cell's type and source (what m, a, b, x, d d would change).
