@@ -200,35 +200,35 @@ def run_side(page, lab, name: str, new: bool, rounds: int) -> dict:
                 for p in (q // 3, q // 2, q):  # the text strip above the heatmap: hovering a character previews its row
                     timed("attention: text strip hover", lambda p=p: page.locator(
                         f"{att} [data-part=strip] [data-pos='{p}']").hover())
-        if new:  # the all-heads grid: hovering a row of a head previews that query in every head
-            btn(att, "head", "all").click()
-            settle(page, 0.5)
-            box = page.locator(f"{att} canvas[data-part=heatmap]").bounding_box()
-            S = box["height"] - 38
-            m = (S - 2 * 14 - 10) / 2  # attention.mjs: boxes (2 x 2, gap 10, a 14 px title above each)
-            for n, q in enumerate((5, 20, 33, 47, 60, 12)):
-                hd = n % 4
-                x = box["x"] + 34 + (hd % 2) * (m + 10) + m * 0.4
-                y = box["y"] + 4 + (hd // 2) * (m + 24) + 14 + (q + 0.5) * m / 64
-                timed("attention: all-heads hover (row preview)", lambda x=x, y=y: page.mouse.move(x, y))
-            page.mouse.move(5, 5)
-            btn(att, "head", 0).click()
-            settle(page, 0.5)
-            for index in (1, 0):  # the model switch: the other model's explorer, built once, shown
-                ms = page.evaluate("""async ([selector, index]) => {
-                  document.querySelector(`[data-explorer=switch] [data-value='${index}']`).click();
-                  const t = window.__probe.event.t, pane = document.querySelector(`.gl-model-pane-${index}`);
-                  const root = pane.querySelector('[data-explorer=attention]');
-                  while (!(Number(root.dataset.paintedAt) > t) || !root.getClientRects().length)
-                    await new Promise((r) => requestAnimationFrame(r));
-                  await new Promise((r) => requestAnimationFrame(() => { const c = new MessageChannel(); c.port1.onmessage = r; c.port2.postMessage(0); }));
-                  return performance.now() - t;
-                }""", [att, index])
-                res.setdefault("attention: model switch (click)", []).append(ms)
-                settle(page, 0.5)
             else:
                 timed("attention: query (dropdown)", lambda q=q: page.locator(f"{att} select").nth(2).select_option(
                     value=None, index=q + 1))
+    if new:  # the all-heads grid: hovering a row of a head previews that query in every head
+        btn(att, "head", "all").click()
+        settle(page, 0.5)
+        box = page.locator(f"{att} canvas[data-part=heatmap]").bounding_box()
+        S = box["height"] - 38
+        m = (S - 2 * 14 - 10) / 2  # attention.mjs: boxes (2 x 2, gap 10, a 14 px title above each)
+        for n, q in enumerate((5, 20, 33, 47, 60, 12)):
+            hd = n % 4
+            x = box["x"] + 34 + (hd % 2) * (m + 10) + m * 0.4
+            y = box["y"] + 4 + (hd // 2) * (m + 24) + 14 + (q + 0.5) * m / 64
+            timed("attention: all-heads hover (row preview)", lambda x=x, y=y: page.mouse.move(x, y))
+        page.mouse.move(5, 5)
+        btn(att, "head", 0).click()
+        settle(page, 0.5)
+        for index in (1, 0):  # the model switch: the other model's explorer, built once, shown
+            ms = page.evaluate("""async ([selector, index]) => {
+              document.querySelector(`[data-explorer=switch] [data-value='${index}']`).click();
+              const t = window.__probe.event.t, pane = document.querySelector(`.gl-model-pane-${index}`);
+              const root = pane.querySelector('[data-explorer=attention]');
+              while (!(Number(root.dataset.paintedAt) > t) || !root.getClientRects().length)
+                await new Promise((r) => requestAnimationFrame(r));
+              await new Promise((r) => requestAnimationFrame(() => { const c = new MessageChannel(); c.port1.onmessage = r; c.port2.postMessage(0); }));
+              return performance.now() - t;
+            }""", [att, index])
+            res.setdefault("attention: model switch (click)", []).append(ms)
+            settle(page, 0.5)
     # typing: a new last character each time (the model runs for the new text)
     for c in "abcdefgh"[:max(3, rounds)]:
         text = TEXT[:63] + c
