@@ -57,6 +57,14 @@ EXPLORERS = """attention = widgets.AttentionExplorer(model, tokenizer, TEXT)
 mask = widgets.MaskExplorer(T=8)
 scaling = widgets.ScalingExplorer(d_k=64)
 """
+# The new side shows its attention explorer behind a model switch, with a second model (other weights),
+# as notebooks/explorers.ipynb does with the trained and untrained models.
+SWITCH = """torch.manual_seed(1)
+other = widgets.AttentionExplorer(GPT(model.config), tokenizer, TEXT)
+switch = widgets.ModelSwitch({"model": attention, "other weights": other})
+"""
+# The attention explorer on screen (the switch keeps the other one in the page, hidden).
+SHOWN = "[data-explorer=attention]:not([data-shown=false] *)"
 
 
 def notebook(path: Path, cells: list[str]) -> None:
@@ -159,7 +167,7 @@ def run_side(page, lab, name: str, new: bool, rounds: int) -> dict:
         settle(page, 0.3 if new else 1.0)
 
     if new:
-        att, mk, sc = "[data-explorer=attention]", "[data-explorer=mask]", "[data-explorer=scaling]"
+        att, mk, sc = SHOWN, "[data-explorer=mask]", "[data-explorer=scaling]"
         btn = lambda root, ctl, v: page.locator(f"{root} [data-control={ctl}] [data-value='{v}']").first  # noqa: E731
     else:
         att, mk, sc = ".gpt-lesson-attention-explorer", ".gpt-lesson-mask-explorer", ".gpt-lesson-scaling-explorer"
@@ -195,6 +203,32 @@ def run_side(page, lab, name: str, new: bool, rounds: int) -> dict:
             else:
                 timed("attention: query (dropdown)", lambda q=q: page.locator(f"{att} select").nth(2).select_option(
                     value=None, index=q + 1))
+    if new:  # the all-heads grid: hovering a row of a head previews that query in every head
+        btn(att, "head", "all").click()
+        settle(page, 0.5)
+        box = page.locator(f"{att} canvas[data-part=heatmap]").bounding_box()
+        S = box["height"] - 38
+        m = (S - 2 * 14 - 10) / 2  # attention.mjs: boxes (2 x 2, gap 10, a 14 px title above each)
+        for n, q in enumerate((5, 20, 33, 47, 60, 12)):
+            hd = n % 4
+            x = box["x"] + 34 + (hd % 2) * (m + 10) + m * 0.4
+            y = box["y"] + 4 + (hd // 2) * (m + 24) + 14 + (q + 0.5) * m / 64
+            timed("attention: all-heads hover (row preview)", lambda x=x, y=y: page.mouse.move(x, y))
+        page.mouse.move(5, 5)
+        btn(att, "head", 0).click()
+        settle(page, 0.5)
+        for index in (1, 0):  # the model switch: the other model's explorer, built once, shown
+            ms = page.evaluate("""async ([selector, index]) => {
+              document.querySelector(`[data-explorer=switch] [data-value='${index}']`).click();
+              const t = window.__probe.event.t, pane = document.querySelector(`.gl-model-pane-${index}`);
+              const root = pane.querySelector('[data-explorer=attention]');
+              while (!(Number(root.dataset.paintedAt) > t) || !root.getClientRects().length)
+                await new Promise((r) => requestAnimationFrame(r));
+              await new Promise((r) => requestAnimationFrame(() => { const c = new MessageChannel(); c.port1.onmessage = r; c.port2.postMessage(0); }));
+              return performance.now() - t;
+            }""", [att, index])
+            res.setdefault("attention: model switch (click)", []).append(ms)
+            settle(page, 0.5)
     # typing: a new last character each time (the model runs for the new text)
     for c in "abcdefgh"[:max(3, rounds)]:
         text = TEXT[:63] + c
@@ -247,8 +281,8 @@ def main() -> None:
         root = tmp / "root"
         root.mkdir()
         folder = baseline_package(tmp / "baseline_widgets")
-        notebook(root / "new.ipynb", [SETUP.format(text=TEXT), "from gpt_lesson import widgets", EXPLORERS,
-                                      "attention", "mask", "scaling"])
+        notebook(root / "new.ipynb", [SETUP.format(text=TEXT), "from gpt_lesson import widgets", EXPLORERS + SWITCH,
+                                      "switch", "mask", "scaling"])
         notebook(root / "old.ipynb", [SETUP.format(text=TEXT), BASELINE_IMPORT.format(init=str(folder / "__init__.py"),
                                                                                      folder=str(folder)),
                                       EXPLORERS, "attention", "mask", "scaling"])
@@ -270,6 +304,8 @@ def main() -> None:
              ("attention: query (dropdown)", "attention: query (click a cell)"),
              (None, "attention: hover a cell"),
              (None, "attention: text strip hover"),
+             (None, "attention: all-heads hover (row preview)"),
+             (None, "attention: model switch (click)"),
              ("attention: text edit (model runs)", "attention: text edit (model runs)"),
              ("mask: mask type (click)", "mask: mask type (click)"),
              ("mask: T (slider step)", "mask: T (slider step)"),

@@ -46,8 +46,33 @@ pytestmark = pytest.mark.browser
 
 PAINTED = """() => {
   const roots = [...document.querySelectorAll('[data-explorer]')];
-  return roots.length === 4 && roots.every((r) => Number(r.dataset.paints || 0) > 0); // 3 explorers, 1 switch
+  // 3 explorers, the untrained model's attention explorer (built, hidden behind the switch), the switch
+  return roots.length === 5 && roots.every((r) => Number(r.dataset.paints || 0) > 0);
 }"""
+# Click a model switch button; ms from the click to the frame after the chosen model's explorer is painted, on screen.
+SWITCH_MS = """async (index) => {
+  const t = performance.now();
+  document.querySelector(`[data-explorer=switch] [data-control=model] [data-value='${index}']`).click();
+  const root = document.querySelector(`.gl-model-pane-${index} [data-explorer=attention]`);
+  while (!(Number(root.dataset.paintedAt) > t) || !root.getClientRects().length) {
+    await new Promise((r) => requestAnimationFrame(r));
+    if (performance.now() - t > 10000) return null;
+  }
+  await new Promise((r) => requestAnimationFrame(() => { const c = new MessageChannel(); c.port1.onmessage = r; c.port2.postMessage(0); }));
+  return performance.now() - t;
+}"""
+# Mark the attention explorers' roots; later, which marked roots are still in the page and which one shows.
+MARK_ROOTS = """() => document.querySelectorAll('[data-explorer=attention]').forEach((r, n) => { r.__mark = n; })"""
+MARKED_ROOTS = """() => [...document.querySelectorAll('[data-explorer=attention]')].filter((r) => r.__mark !== undefined)
+  .map((r) => [r.__mark, r.getClientRects().length > 0])"""
+# Alpha of the all-heads overlay at the middle of row i and of row `other`, in every head's box [x, y, side].
+OVERLAY_ROWS = """([selector, boxes, T, i, other]) => {
+  const c = document.querySelector(selector), k = c.width / c.getBoundingClientRect().width, ctx = c.getContext('2d');
+  const at = (x, y) => ctx.getImageData(Math.round(x * k), Math.round(y * k), 1, 1).data[3];
+  return boxes.map(([x, y, m]) => [at(x + m / 2, y + (i + 0.5) * m / T), at(x + m / 2, y + (other + 0.5) * m / T)]);
+}"""
+# The attention explorer on screen: the model switch keeps the other model's explorer in the page, hidden.
+ATT = "[data-explorer=attention]:not([data-shown=false] *)"
 # A digest of a canvas's pixels: changes when the picture changes.
 CANVAS_DIGEST = """async (selector) => {
   const c = document.querySelector(selector);
@@ -98,8 +123,13 @@ def _text(page, selector: str) -> str:
         "(e) => e.children.length ? [...e.children].map((c) => c.textContent).join('\\n') : e.textContent")
 
 
+def _sel(kind: str) -> str:
+    """The selector of the explorer of this kind on screen."""
+    return ATT if kind == "attention" else f"[data-explorer={kind}]"
+
+
 def _readout(page, kind: str) -> list[str]:
-    return _text(page, f"[data-explorer={kind}] [data-part=readout]").strip().split("\n")
+    return _text(page, f"{_sel(kind)} [data-part=readout]").strip().split("\n")
 
 
 def _show(page, selector: str):
@@ -202,7 +232,7 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
         assert not page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']").count()
         page.wait_for_function(PAINTED, timeout=60_000)
         page.evaluate(PROBE)
-        att = "[data-explorer=attention]"
+        att = ATT
         # the page asked the kernel whether it is there: the text box is editable
         page.wait_for_function(f"() => !document.querySelector('{att} textarea').readOnly", timeout=30_000)
         assert page.locator(f"{att} textarea").input_value() == SAMPLE  # the newline is kept
@@ -216,13 +246,15 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
         torch.manual_seed(1337)  # the notebook's untrained model
         before = AttentionExplorer(GPT(model.config), tokenizer, SAMPLE, layer=0, head=2, query=20)
         trained_picture = page.evaluate(CANVAS_DIGEST, heat)
-        for index, view in ((1, before.view), (0, mirror.view)):
+        # both models' explorers are built once and stay in the page: a switch hides one and shows the other
+        page.evaluate(MARK_ROOTS)
+        for index, view in ((1, before.view), (0, mirror.view), (1, before.view), (0, mirror.view)):
+            latencies.setdefault("model switch", []).append(page.evaluate(SWITCH_MS, index))
             started_switch = time.monotonic()
-            page.locator(f"{sw} [data-value='{index}']").click()
             while _readout(page, "attention") != attention_lines(view):
                 assert time.monotonic() - started_switch < 10, (index, _readout(page, "attention"))
                 page.wait_for_timeout(20)
-            latencies.setdefault("model switch (new view)", []).append(1000 * (time.monotonic() - started_switch))
+            assert page.evaluate(MARKED_ROOTS) == [[0, index == 0], [1, index == 1]]  # the same two, one on screen
             assert page.locator(f"{sw} [data-value='{index}']").get_attribute("aria-pressed") == "true"
             assert "query 20 " in _text(page, f"{att} [data-control=selection]")
             if index == 1:
@@ -313,6 +345,25 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
         # head 3 is the lower right of the 2 x 2 grid (attention.mjs: boxes, gap 10, a 14 px title above each)
         box = _show(page, heat)  # (Esc gave the focus to the notebook, which may have scrolled)
         m = (S - 2 * 14 - 10) / 2
+        grid = [(34 + (h % 2) * (m + 10), 4 + (h // 2) * (m + 10 + 14) + 14, m) for h in range(4)]  # x, y, side
+        # hovering a row of one head previews that query in every head (issue 30 item 4): the other rows
+        # fade in all four boxes, the text strip shows the hovered head's weights, every thumbnail marks the row
+        overlay = f"{att} .gl-stack canvas[aria-hidden=true]"
+        marks = f"{att} canvas[data-part=overview-marks]"
+        for hd, row in ((1, 9), (2, 17), (3, 25), (0, 30), (1, 12), (2, 5), (3, 20), (0, 28)):
+            x, y, _ = grid[hd]
+            timed("all-heads hover", lambda x=x, y=y, r=row: page.mouse.move(box["x"] + x + m * 0.4,
+                                                                             box["y"] + y + (r + 0.5) * m / T0))
+            assert page.locator(heat).get_attribute("data-preview") == str(row)
+            assert page.locator(f"{att} [data-part=strip]").get_attribute("data-query") == str(row)
+            assert page.locator(f"{att} [data-part=strip]").get_attribute("data-head") == str(hd)
+            assert page.locator(marks).get_attribute("data-row") == str(row)
+            alphas = page.evaluate(OVERLAY_ROWS, [overlay, grid, T0, row, (row + 8) % T0])
+            assert all(a_other == 153 and a_row != 153 for a_row, a_other in alphas), (hd, row, alphas)
+        page.locator(f"{att}").screenshot(path=str(ARTIFACTS / "attention_all_heads_preview.png"))
+        page.mouse.move(5, 5)  # off the grid: no preview
+        assert page.locator(heat).get_attribute("data-preview") == ""
+        assert page.locator(marks).get_attribute("data-row") == ""
         page.mouse.click(box["x"] + 34 + (m + 10) + m / 2, box["y"] + 4 + (m + 10 + 14) + 14 + m / 2)
         assert page.locator(f"{att} [data-control=head] [data-value='3']").get_attribute("aria-pressed") == "true"
         assert page.locator(f"{att} [data-part=dot]").count() == 1  # the clicked cell's step-through
@@ -379,7 +430,7 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
             page.wait_for_timeout(800)
             room = page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').clientHeight")
             for kind in ("attention", "mask", "scaling"):
-                loc = page.locator(f"[data-explorer={kind}]")
+                loc = page.locator(_sel(kind))
                 loc.scroll_into_view_if_needed()
                 page.wait_for_timeout(200)
                 size = loc.evaluate("(e) => ({ h: e.offsetHeight, w: e.offsetWidth, sw: e.scrollWidth, sh: e.scrollHeight,"
@@ -396,8 +447,11 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
     for name, s in summary.items():
         print(f"  {name:<40} n={s['n']:>2} median {s['median_ms']:>7.1f} max {s['max_ms']:>7.1f}")
     print(f"browser test took {time.monotonic() - started:.1f} s (load average {os.getloadavg()[0]:.1f})")
-    # the strip answers in the page, never through the kernel (a round trip takes 100 ms and more here)
+    # the strip and the grid answer in the page, never through the kernel (a round trip takes 100 ms and
+    # more here); the switch draws nothing new (building the other view anew took ~2.5 s)
     assert summary["text strip hover"]["median_ms"] < 50, summary["text strip hover"]
+    assert summary["all-heads hover"]["median_ms"] < 50, summary["all-heads hover"]
+    assert summary["model switch"]["median_ms"] < 300, summary["model switch"]
 
 
 # The notebook as JupyterLab holds it: each cell's type and source (what m, a, b, x, d d would change).
@@ -432,8 +486,7 @@ def test_keys_stay_inside_every_control(tmp_path, shakespeare_path):
         open_notebook(page, lab, NOTEBOOK.name)
         run_all(page)
         page.wait_for_function(PAINTED, timeout=60_000)
-        page.wait_for_function("() => !document.querySelector('[data-explorer=attention] textarea').readOnly",
-                               timeout=30_000)
+        page.wait_for_function(f"() => !document.querySelector('{ATT} textarea').readOnly", timeout=30_000)
         cells = page.evaluate(NOTEBOOK_CELLS)
         # a setting that enables every control (the colours need a signed stage, the real tokens a padding
         # mask, tau the temperature): set again before each control, since the arrows change settings
@@ -441,15 +494,15 @@ def test_keys_stay_inside_every_control(tmp_path, shakespeare_path):
                   "scaling": "[data-control=scaling] [data-value=temperature]",
                   "switch": "[data-control=model] [data-value='0']"}
         for kind in ("switch", "attention", "mask", "scaling"):
-            _show(page, f"[data-explorer={kind}]")
-            page.locator(f"[data-explorer={kind}] {enable[kind]}").click()
+            _show(page, _sel(kind))
+            page.locator(f"{_sel(kind)} {enable[kind]}").click()
             for n in page.evaluate(FOCUSABLE, kind):
-                page.locator(f"[data-explorer={kind}] {enable[kind]}").click()
+                page.locator(f"{_sel(kind)} {enable[kind]}").click()
                 name = page.evaluate(FOCUS_NTH, [kind, n])
                 assert name, (kind, n)
                 tried.setdefault(kind, []).append(name)
                 typing = name.startswith("textarea")
-                before = page.locator(f"[data-explorer={kind}] textarea").input_value() if typing else None
+                before = page.locator(f"{_sel(kind)} textarea").input_value() if typing else None
                 for key in KEYS:
                     page.keyboard.press(key)
                     assert page.evaluate(FOCUS_INSIDE, kind), (kind, name, key, "the focus left the explorer")
@@ -460,7 +513,7 @@ def test_keys_stay_inside_every_control(tmp_path, shakespeare_path):
                 mode = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.mode")
                 assert mode == "command", (kind, name, mode)
                 if typing:  # the letters went into the text: put it back
-                    page.locator(f"[data-explorer={kind}] textarea").fill(before)
+                    page.locator(f"{_sel(kind)} textarea").fill(before)
                     page.keyboard.press("Escape")
             assert page.evaluate(NOTEBOOK_CELLS) == cells, kind
         # the notebook has the focus after Esc: its shortcuts work there (b inserts a cell below)
@@ -505,7 +558,7 @@ def test_exported_page_works_offline(tmp_path, shakespeare_path, monkeypatch):
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(page_path.as_uri())
         page.wait_for_function(PAINTED, timeout=60_000)
-        att = "[data-explorer=attention]"
+        att = ATT
         page.wait_for_function(f"() => document.querySelector('{att} textarea').readOnly", timeout=10_000)
         assert "No kernel" in _text(page, f"{att} .gl-message")
         # crisp at a device-pixel ratio of 2: the canvas has twice the pixels of its size on the page
@@ -563,8 +616,8 @@ CANVAS_CLIP_PROBE = """(() => {
 })()"""
 # Elements of an explorer whose own text carries a digit and does not fit: cut by an overflow box or an
 # ellipsis (scrollWidth > clientWidth), or reaching past the explorer's right edge.
-DOM_CLIPPED = """(kind) => {
-  const root = document.querySelector(`[data-explorer=${kind}]`), edge = root.getBoundingClientRect().right;
+DOM_CLIPPED = """(selector) => {
+  const root = document.querySelector(selector), edge = root.getBoundingClientRect().right;
   const out = [];
   for (const el of root.querySelectorAll('*')) {
     const own = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join('');
@@ -604,7 +657,7 @@ def test_no_number_clipped_compact_layout_and_restart_hint(tmp_path, shakespeare
         page.wait_for_function(FILE_BROWSER_OPEN, timeout=10_000)
         run_all(page)
         page.wait_for_function(PAINTED, timeout=60_000)
-        att = "[data-explorer=attention]"
+        att = ATT
         page.wait_for_function(f"() => !document.querySelector('{att} textarea').readOnly", timeout=30_000)
         # settings whose read-outs are longest: the step-through of a picked cell, the NaN explanation,
         # the scaling's panel titles at d_k = 1024 without scaling
@@ -620,11 +673,11 @@ def test_no_number_clipped_compact_layout_and_restart_hint(tmp_path, shakespeare
             assert page.evaluate(FILE_BROWSER_OPEN)
             room = page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').clientHeight")
             for kind in ("switch", "attention", "mask", "scaling"):
-                _show(page, f"[data-explorer={kind}]")
+                _show(page, _sel(kind))
                 page.wait_for_timeout(300)
-                clipped = page.evaluate(DOM_CLIPPED, kind)
+                clipped = page.evaluate(DOM_CLIPPED, _sel(kind))
                 assert not clipped, (kind, width, clipped)
-                page.locator(f"[data-explorer={kind}]").screenshot(path=str(ARTIFACTS / f"fit_{kind}_{width}x{height}.png"))
+                page.locator(_sel(kind)).screenshot(path=str(ARTIFACTS / f"fit_{kind}_{width}x{height}.png"))
             # a query picked (the notebook picks query 20): the explorer's height after it, against the room
             size = page.locator(att).evaluate("(e) => ({ h: e.offsetHeight, w: e.offsetWidth })")
             compact = page.evaluate(f"() => document.querySelector('{att}').clientWidth < 1100")

@@ -741,8 +741,10 @@ def test_the_two_none_options_are_translated_apart():
 
 def test_model_switch_links_every_control_and_shows_one_explorer(model, tok):
     """Issue 30 item 3: a trained/untrained switch. The second explorer takes the first one's settings,
-    every control is linked in the page (jslink: works without a kernel), the buttons drive the Stack,
-    and a page without widgets gets the shown explorer's HTML view."""
+    every control is linked in the page (jslink: works without a kernel), every explorer stays built in
+    the page (panes marked for the buttons' module to show one: no ipywidgets.Stack, which builds the
+    shown view anew at each switch), its repr names the models and the shown one's settings, and a page
+    without widgets gets the shown explorer's HTML view."""
     import ipywidgets
 
     from gpt_lesson.widgets import ModelSwitch
@@ -755,15 +757,23 @@ def test_model_switch_links_every_control_and_shows_one_explorer(model, tok):
     assert (b.text, b.layer, b.head, b.stage, b.query, b.key) == ("to be or not", 1, 2, "scaled", 4, 1)
     assert b.view["cell"]["query"] == 4 and b.model_runs == 2  # "the", then the first explorer's text
     assert not torch.equal(a.view["matrix"], b.view["matrix"])  # two models, one cell compared
-    linked = {(link.source[1], link.target[0] is b) for link in switch.links[1:]}
+    linked = {(link.source[1], link.target[0] is b) for link in switch.links}
     assert linked == {(t, True) for t in ("text", "layer", "head", "stage", "colors", "query", "key")}
-    assert switch.links[0].source == (switch.buttons, "index") and switch.links[0].target == (switch.stack, "selected_index")
-    assert isinstance(switch.stack, ipywidgets.Stack) and switch.stack.children == (a, b)
+    assert all(link.source[0] is a for link in switch.links)
+    assert switch.children == (switch.buttons, switch.panes) and switch.panes.children == (a, b)
+    assert not any(isinstance(w, ipywidgets.Stack) for w in (switch.panes, *switch.children))
+    assert "gpt-lesson-model-switch" in switch._dom_classes and "gl-model-panes" in switch.panes._dom_classes
+    assert [w._dom_classes[-2:] for w in (a, b)] == [("gl-model-pane", "gl-model-pane-0"), ("gl-model-pane", "gl-model-pane-1")]
     assert switch.buttons.names == ["trained", "untrained"] and switch.shown is a
+    assert repr(switch) == ("ModelSwitch(models=['trained', 'untrained'], shown='trained', text='to be or not', "
+                            "layer=1, head=2, stage='scaled', colors='shared', query=4, key=1)")
     switch.buttons.index = 1
-    assert switch.shown is b
+    b.stage = "weights"  # (what jslink does in the page)
+    assert switch.shown is b and repr(switch).startswith("ModelSwitch(models=['trained', 'untrained'], shown='untrained'")
+    assert "stage='weights'" in repr(switch)
     data, _ = switch._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in data and data["text/html"] == b.html_view()
+    assert data["text/plain"] == repr(switch)
 
 
 @pytest.mark.parametrize("explorers, error, words", [

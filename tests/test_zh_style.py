@@ -12,8 +12,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ZH = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
 CATALOGUE = ROOT / "gpt_lesson" / "locale" / "zh" / "LC_MESSAGES" / "gpt_lesson.po"
 CJK = re.compile(r"[\u4e00-\u9fff]")
-# Lessons whose code still prints labels with print("…：", value): converted when each is next re-executed.
-PRINTS_NOT_YET_CONVERTED = {"02_attention", "09_training"}
 BAD_RATIO = re.compile(r"大了\s*[~\d{][^倍\n]{0,30}倍|(?<![缩减])小\s*[~\d{][^倍\n]{0,30}倍")
 SPACED_QUOTE = re.compile(r"[\u4e00-\u9fff] [“”]|[“”] [\u4e00-\u9fff]")
 
@@ -62,8 +60,6 @@ def test_prose_ratios_quotes_and_citations(path):
 
 @pytest.mark.parametrize("path", ZH, ids=[p.stem for p in ZH])
 def test_printed_labels_and_ratios_in_code(path):
-    if path.stem in PRINTS_NOT_YET_CONVERTED:
-        pytest.xfail("print(\"…：\", value) not yet converted to f-strings in this lesson")
     problems = []
     for i, code in cells(path, "code"):
         problems += [f"[{i}] line {n}: print(\"…：\", value) prints '： value': use an f-string"

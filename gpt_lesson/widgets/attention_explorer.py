@@ -423,9 +423,10 @@ class ModelSwitch(ipywidgets.VBox):
 
     One button per model shows that model's explorer; the text, layer, head, stage, colours, query and
     key are linked between the explorers in the page (``jslink``), so a switch keeps every setting and
-    the same cell is compared. Switching and the linked controls work without a kernel (an exported
-    page); editing the text runs every model. The models must have the same number of layers and heads.
-    ``shown`` is the explorer on screen.
+    the same cell is compared. Every explorer is built once and stays in the page (``panes``); the
+    buttons show one and hide the others (``js/src/switch.mjs``), so a switch draws nothing new. Switching
+    and the linked controls work without a kernel (an exported page); editing the text runs every model.
+    The models must have the same number of layers and heads. ``shown`` is the explorer on screen.
     """
 
     def __init__(self, explorers: dict[str, AttentionExplorer]) -> None:
@@ -453,11 +454,15 @@ class ModelSwitch(ipywidgets.VBox):
         self.explorers = dict(explorers)
         self.buttons = _SwitchButtons(names=names, tips=[label("attention", "tip_model")] * len(names),
                                       label=label("attention", "model"))
-        self.stack = ipywidgets.Stack(children=list(explorers.values()), selected_index=0)
-        self.links = [ipywidgets.jslink((self.buttons, "index"), (self.stack, "selected_index"))]
-        self.links += [ipywidgets.jslink((first, trait), (explorers[name], trait))
-                       for name in names[1:] for trait in _SWITCHED]
-        super().__init__(children=[self.buttons, self.stack])
+        # (an ipywidgets.Stack would build the chosen explorer's view anew at each switch: seconds here)
+        for k, explorer in enumerate(explorers.values()):
+            explorer.add_class("gl-model-pane")
+            explorer.add_class(f"gl-model-pane-{k}")
+        self.panes = ipywidgets.VBox(children=list(explorers.values()))
+        self.panes.add_class("gl-model-panes")
+        self.links = [ipywidgets.jslink((first, trait), (explorers[name], trait))
+                      for name in names[1:] for trait in _SWITCHED]
+        super().__init__(children=[self.buttons, self.panes])
         self.add_class("gpt-lesson-model-switch")
 
     @property
@@ -465,13 +470,18 @@ class ModelSwitch(ipywidgets.VBox):
         """The explorer the switch shows now."""
         return list(self.explorers.values())[self.buttons.index]
 
+    def __repr__(self) -> str:
+        shown = self.shown
+        settings = ", ".join(f"{t}={getattr(shown, t)!r}" for t in _SWITCHED)
+        return f"ModelSwitch(models={list(self.explorers)!r}, shown={self.buttons.names[self.buttons.index]!r}, {settings})"
+
     def _repr_mimebundle_(self, **kwargs):
         """The widget view, and for pages without widgets the HTML view of the explorer shown now."""
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
         data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
-        return {**data, "text/html": self.shown.html_view()}, metadata
+        return {**data, "text/plain": repr(self), "text/html": self.shown.html_view()}, metadata
 
 
 _SWITCHED = ("text", "layer", "head", "stage", "colors", "query", "key")  # what ModelSwitch keeps across models

@@ -115,7 +115,8 @@ class AttentionView {
     this.live = null; // null: not known yet; false: no kernel (an exported page)
     this.lost = false; // the kernel stopped answering (restarted): the text cannot change
     this.hover = null; // a heatmap cell under the mouse
-    this.preview = null; // a query previewed from the text strip
+    this.preview = null; // a query previewed: hovered in the text strip, or a row hovered in the all-heads grid
+    this.previewHead = null; // the grid's head under the mouse (its weights tint the text strip)
     this.data = null;
     this.root = h("div", { class: "gl-explorer gl-attention", "data-explorer": "attention" });
     el.append(this.root);
@@ -181,7 +182,11 @@ class AttentionView {
     this.root.append(this.readout);
     this.tip = new Tooltip(this.root);
     this.heat.addEventListener("mousemove", (e) => this.onHover(e));
-    this.heat.addEventListener("mouseleave", () => { this.hover = null; this.tip.hide(); this.drawOverlay(); });
+    this.heat.addEventListener("mouseleave", () => {
+      this.hover = null;
+      this.tip.hide();
+      if (!this.previewQuery(null)) this.drawOverlay();
+    });
     this.heat.addEventListener("click", (e) => this.onClick(e));
     this.heat.addEventListener("keydown", (e) => this.onKey(e));
   }
@@ -223,6 +228,8 @@ class AttentionView {
 
   // -- drawing ----------------------------------------------------------------------------------
   draw() {
+    // hidden behind a model switch (another model's explorer is shown): drawn when it is seen again
+    if (this.width === 0 && this.root.closest(".gl-model-pane[data-shown=false]")) return;
     const L = this.L, s = this.state(), data = this.data, p = s.payload;
     if (document.activeElement !== this.textarea && this.textarea.value !== s.text) this.textarea.value = s.text;
     this.textarea.readOnly = this.live === false || this.lost;
@@ -245,6 +252,8 @@ class AttentionView {
     this.root.dataset.stale = String(stale);
     if (!data) { painted(this.root); return; }
     const { query, key } = this.effective(s);
+    if (s.head !== "all" && this.previewHead !== null) { this.preview = null; this.previewHead = null; } // (the grid's)
+    this.heat.dataset.preview = this.preview === null ? "" : String(this.preview);
     this.layoutSizes();
     this.stageInfo.textContent = stageLine(L, data, s.layer, s.head);
     this.drawHeat(s, query, key, this.transition(s));
@@ -457,14 +466,16 @@ class AttentionView {
       this.strip.replaceChildren(...out);
       this.chars = { payload: data.payload, spans };
     }
-    this.tintStrip(s, this.preview !== null ? this.preview : query);
+    this.tintStrip(s, this.preview !== null ? this.preview : query, this.previewHead);
   }
 
-  tintStrip(s, i) {
+  // The weights of query i tint the text: of the head shown, or in the grid of the head under the mouse.
+  tintStrip(s, i, head = null) {
     const data = this.data, T = data.T, spans = this.chars.spans;
-    const one = s.head !== "all" && i !== null && i !== undefined;
-    const w = one ? square(data, "weights", s.layer, s.head).subarray(i * T, i * T + T) : null;
-    const top = one ? rowStat(data, "max_weight", s.layer, s.head, i) : 1;
+    const hd = s.head !== "all" ? s.head : head;
+    const one = hd !== null && hd !== undefined && i !== null && i !== undefined;
+    const w = one ? square(data, "weights", s.layer, hd).subarray(i * T, i * T + T) : null;
+    const top = one ? rowStat(data, "max_weight", s.layer, hd, i) : 1;
     for (let j = 0; j < T; j++) {
       const span = spans[j];
       const a = one ? w[j] / (top || 1) : 0;
@@ -475,16 +486,23 @@ class AttentionView {
       span.title = one ? this.L("tip_char", { j, tok: data.tokens[j], w: w[j] }) : this.L("tip_char_pick", { j, tok: data.tokens[j] });
     }
     this.strip.dataset.query = i === null || i === undefined ? "" : String(i);
+    this.strip.dataset.head = one ? String(hd) : "";
   }
 
   // Hovering a character previews its row (the heatmap marks it, the strip shows its weights); a click locks it.
-  previewQuery(i) {
-    if (!this.data || this.preview === i) return;
+  // In the all-heads grid, hovering a row previews that query's row in every head of the layer and on
+  // every thumbnail of the overview, and the head under the mouse tints the text. False: nothing changed.
+  previewQuery(i, head = null) {
+    if (!this.data || (this.preview === i && this.previewHead === head)) return false;
     this.preview = i;
+    this.previewHead = i === null ? null : head;
     const s = this.state(), { query } = this.effective(s);
     this.drawOverlay();
-    this.tintStrip(s, i !== null ? i : query);
+    this.tintStrip(s, i !== null ? i : query, this.previewHead);
+    this.drawOverviewMarks();
+    this.heat.dataset.preview = i === null ? "" : String(i);
     painted(this.root);
+    return true;
   }
 
   hit(e) {
@@ -501,10 +519,15 @@ class AttentionView {
 
   onHover(e) {
     const L = this.L, data = this.data, spot = this.hit(e);
-    if (!data || !spot) { this.hover = null; this.tip.hide(); this.drawOverlay(); return; }
+    if (!data || !spot) {
+      this.hover = null;
+      this.tip.hide();
+      if (!this.previewQuery(null)) this.drawOverlay();
+      return;
+    }
     const s = this.state(), { i, j, head } = spot, T = data.T;
     this.hover = spot;
-    this.drawOverlay();
+    if (!(s.head === "all" && this.previewQuery(i, head))) this.drawOverlay(); // (a new row repaints it all)
     const value = stageMatrix(data, s.stage, s.layer, head)[i * T + j], seen = visible(data, i, j);
     const w = square(data, "weights", s.layer, head)[i * T + j];
     const lines = [L("hover_cell", { i, tok: data.tokens[i], j, ktok: data.tokens[j] }) +
@@ -524,6 +547,8 @@ class AttentionView {
     if (!spot) return;
     this.heat.focus();
     const s = this.state();
+    this.preview = null;
+    this.previewHead = null;
     if (s.head === "all") this.set({ head: spot.head, query: spot.i, key: spot.j });
     else this.set({ query: spot.i, key: spot.j });
   }
@@ -580,7 +605,8 @@ class AttentionView {
       else this.tip.hide();
     });
     P.overview.addEventListener("mouseleave", () => this.tip.hide());
-    P.pick = [P.hint, P.overviewTitle, P.overview];
+    P.overviewMarks = h("canvas", { "aria-hidden": "true", "data-part": "overview-marks" });
+    P.pick = [P.hint, P.overviewTitle, h("div", { class: "gl-stack" }, [P.overview, P.overviewMarks])];
     P.step = [
       h("div", { class: "gl-panel" }, [P.rowTitle, P.row]),
       h("div", { class: "gl-panel" }, [P.dot, P.chain, P.qk]),
@@ -623,7 +649,31 @@ class AttentionView {
     }
     ctx.textAlign = "center"; ctx.textBaseline = "bottom";
     for (let hd = 0; hd < data.H; hd++) ctx.fillText(L("head_short", { h: hd }), x0 + hd * (size + gap) + size / 2, y0 - 3);
-    this.thumbGrid = { x0, y0, size, gap };
+    this.thumbGrid = { x0, y0, size, gap, w, h: hh };
+    this.drawOverviewMarks();
+  }
+
+  // The previewed query's row on every thumbnail (on a canvas of its own over the overview): the other
+  // rows fade and a black box holds the row, so one query is compared across every layer and head.
+  drawOverviewMarks() {
+    const P = this.panels, g = this.thumbGrid, data = this.data;
+    if (!P || !g || !data || !P.overviewMarks.isConnected) return;
+    const ctx = sizeCanvas(P.overviewMarks, g.w, g.h), i = this.preview;
+    ctx.clearRect(0, 0, g.w, g.h);
+    P.overviewMarks.dataset.row = i === null ? "" : String(i);
+    if (i === null || i >= data.T) return;
+    const row = g.size / data.T;
+    ctx.fillStyle = "rgba(255,255,255,0.6)";
+    ctx.strokeStyle = "#000";
+    ctx.lineWidth = 1.5;
+    for (let l = 0; l < data.L; l++) {
+      for (let hd = 0; hd < data.H; hd++) {
+        const x = g.x0 + hd * (g.size + g.gap), y = g.y0 + l * (g.size + g.gap), y0 = y + i * row;
+        ctx.fillRect(x, y, g.size, y0 - y);
+        ctx.fillRect(x, y0 + row, g.size, y + g.size - y0 - row);
+        ctx.strokeRect(x - 1.25, y0 - 1.25, g.size + 2.5, row + 2.5);
+      }
+    }
   }
 
   drawSide(s, query, key) {

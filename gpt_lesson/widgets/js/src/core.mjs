@@ -256,7 +256,7 @@ export function viewHeight() {
 // the observer's own callback changes the layout it measures ("ResizeObserver loop completed with
 // undelivered notifications"). The window's height also sizes the pictures: a window resize counts.
 export function watchSize(el, onWidth) {
-  let width = 0, frame = 0;
+  let width = -1, frame = 0; // (the first width is always told, 0 too: a view built hidden knows it)
   const later = () => {
     if (frame) return;
     frame = requestAnimationFrame(() => { frame = 0; onWidth(width); });
