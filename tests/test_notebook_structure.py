@@ -148,8 +148,8 @@ def section_problems(nb, path: Path) -> list[str]:
     learn = [t for t in md if re.search(rf"^## {re.escape(w['learn'])}\s*$", t, re.M)]
     if not learn:
         problems.append(f"no markdown cell with the heading '## {w['learn']}'")
-    elif not any(re.search(rf"^\*\*{re.escape(w['time'])}\*\*\s*\S", t, re.M) for t in learn):
-        problems.append(f"the '{w['learn']}' cell needs a line starting with '**{w['time']}**'")
+    elif not any(re.search(rf"^{re.escape(w['time'])}\s*\S", t, re.M) for t in learn):
+        problems.append(f"the '{w['learn']}' cell needs a line starting with '{w['time']}'")
     elif not any(re.search(r"^\s*[-*] \S", t, re.M) for t in learn):
         problems.append(f"the '{w['learn']}' cell needs bullet points")
     if not any(re.search(rf"^## {re.escape(w['summary'])}\s*$", t, re.M) for t in md):

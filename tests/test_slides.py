@@ -734,7 +734,7 @@ PLAN_LESSON_RE = re.compile(r"\b(\d\d) [^(·|]+\((\d+)\)")
 # The plan line that opens each lesson's lecture-plan note, in each edition.
 NOTE_PLAN_RE = {
     "en": re.compile(r"\*\*Lecture plan:\*\* (?:week (\d+)(?: \([^)]*\))?|bonus \(self-study\)), (\d+) minutes"),
-    "zh": re.compile(r"\*\*讲课安排：\*\*(?:第 (\d+) 周(?:（[^）]*）)?|附加（自学）)，(?:如在课上讲，需要 |讲 |如果每张幻灯片都讲，需要 )?(\d+) 分钟"),
+    "zh": re.compile(r"\*\*讲课安排\*\*：(?:第 (\d+) 周(?:（[^）]*）)?|附加（自学）)，(?:如在课上讲，需要 |讲 |如果每张幻灯片都讲，需要 )?(\d+) 分钟"),
 }
 # Anything else a note says about the schedule: the lecture or week it names, the lesson it pairs with,
 # the lesson's minutes.
@@ -820,7 +820,7 @@ def test_the_notes_check_names_the_contradictions_issue_29_found():
     assert notes_problems("08", "en", [line.format(w=4, m=30), "Lecture 4 pairs this lesson with lesson 09;"],
                           plan) == ["08 (en): the notes pair it with lesson 09, which the plan puts in week 5, not 4"]
     assert notes_problems("09", "en", ["No plan here."], plan) == ["09 (en): 0 lecture-plan lines in the notes, expected 1"]
-    assert notes_problems("02", "zh", ["**讲课安排：**第 2 周，讲 30 分钟。", "这一节大约占全课 45 分钟中的 10 分钟。"], plan) == [
+    assert notes_problems("02", "zh", ["**讲课安排**：第 2 周，讲 30 分钟。", "这一节大约占全课 45 分钟中的 10 分钟。"], plan) == [
         "02 (zh): the notes say week 2, 30 minutes; the plan says week 2, 25 minutes",
         "02 (zh): the notes say '全课 45 分钟', the plan gives it 25 minutes"]
     assert notes_problems("11", "en", [], plan) == ["11: not in the module plan"]

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[1]
 ZH = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
@@ -14,6 +15,7 @@ CATALOGUE = ROOT / "gpt_lesson" / "locale" / "zh" / "LC_MESSAGES" / "gpt_lesson.
 CJK = re.compile(r"[\u4e00-\u9fff]")
 BAD_RATIO = re.compile(r"大了\s*[~\d{][^倍\n]{0,30}倍|(?<![缩减])小\s*[~\d{][^倍\n]{0,30}倍")
 SPACED_QUOTE = re.compile(r"[\u4e00-\u9fff] [“”]|[“”] [\u4e00-\u9fff]")
+COMMONMARK = MarkdownIt("commonmark")
 
 
 def chinese_prose(text: str) -> bool:
@@ -43,6 +45,33 @@ def spaced_label_prints(code: str) -> list[int]:
             and (len(node.args) > 1 and any(isinstance(a, ast.Constant) and isinstance(a.value, str)
                                             and a.value.rstrip(" ").endswith("：") for a in node.args[:-1])
                  or any(one_space_before_value(a) for a in node.args))]
+
+
+def bold_problems(markdown: str) -> list[str]:
+    """Every ``**`` (or ``__``) that CommonMark leaves as literal characters instead of bold, and every bold
+    label with its colon inside.
+
+    A closing ``**`` must be right-flanking: after full-width punctuation it only closes when a space or
+    punctuation follows, so ``**讲课安排：**第 2 周`` shows its asterisks (Jupyter's renderer follows the spec);
+    ``**时间：** 阅读`` renders but needs that space. Write the label as ``**时间**：阅读``.
+    """
+    found = []
+    for token in COMMONMARK.parse(markdown):
+        children = token.children or []
+        for child, after in zip(children, children[1:] + [None]):
+            m = re.search(r"\*\*|__", child.content) if child.type == "text" else None
+            if m:
+                found.append(f"shown as text, not bold: {child.content[max(0, m.start() - 12):m.start() + 20]!r}")
+            if child.type == "text" and after is not None and after.type == "strong_close" \
+                    and child.content.endswith(("：", ":")):
+                found.append(f"colon inside the bold: {child.content[-12:]!r}: write **标签**：")
+    return found
+
+
+@pytest.mark.parametrize("path", ZH, ids=[p.stem for p in ZH])
+def test_bold_renders(path):
+    problems = [f"[{i}] {p}" for i, text in cells(path, "markdown") for p in bold_problems(text)]
+    assert not problems, f"{path.name} (docs/zh-style.md):\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("path", ZH, ids=[p.stem for p in ZH])
@@ -82,3 +111,7 @@ def test_the_checks_can_fail():
     assert BAD_RATIO.search("权重大了 3.6 倍") and BAD_RATIO.search("梯度小 {r:.0f} 倍")
     assert not BAD_RATIO.search("是后者的 3.6 倍") and not BAD_RATIO.search("缩小 4 倍")
     assert SPACED_QUOTE.search("选中了 “But” 中") and not SPACED_QUOTE.search("选中了“But”中")
+    assert bold_problems("**讲课安排：**第 2 周") == ["shown as text, not bold: '**讲课安排：**第 2 周'"]
+    assert bold_problems("的**（padding）**词元") == ["shown as text, not bold: '的**（padding）**词元'"]
+    assert bold_problems("**时间：** 阅读") == ["colon inside the bold: '时间：': write **标签**："]
+    assert bold_problems("**讲课安排**：第 2 周，**很重要。** 是的；`a**b`，**静态**（static）：**吞吐量**") == []

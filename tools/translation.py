@@ -32,11 +32,13 @@ ZH_DIR = EN_DIR / "zh"
 HASH_LEN = 16
 
 # The fixed words of a lesson, per language (headings, exercise and <details> summaries, navigation).
+# The time label keeps its markup: Chinese puts the full-width colon after the bold (``**时间**：``), because
+# CommonMark does not close ``**时间：**`` when a letter follows it (``**时间：**阅读`` shows the asterisks).
 WORDS = {
-    "en": {"learn": "What you will learn", "time": "Time:", "summary": "Summary", "your_turn": "Your turn",
+    "en": {"learn": "What you will learn", "time": "**Time:**", "summary": "Summary", "your_turn": "Your turn",
            "hint": "Hint", "solution": "Solution", "teaching_note": "Teaching note", "answer": "Answer",
            "model_answer": "Model answer", "previous": "Previous:", "next": "Next:"},
-    "zh": {"learn": "学习目标", "time": "时间：", "summary": "小结", "your_turn": "动手练习",
+    "zh": {"learn": "学习目标", "time": "**时间**：", "summary": "小结", "your_turn": "动手练习",
            "hint": "提示", "solution": "参考答案", "teaching_note": "教学提示", "answer": "答案",
            "model_answer": "参考答案（面试回答）", "previous": "上一课：", "next": "下一课："},
 }
