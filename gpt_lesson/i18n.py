@@ -24,15 +24,16 @@ import gettext
 import io
 import os
 import re
+import unicodedata
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .validation import check_instance
+from .validation import check_instance, check_int
 
 __all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "set_language", "get_language", "language",
-           "normalize_language", "catalogue_path", "translations", "_", "N_", "C_"]
+           "normalize_language", "catalogue_path", "translations", "_", "N_", "C_", "display_width", "ljust"]
 
 LANGUAGES = ("en", "zh")
 LANG_ENV = "GPT_LESSON_LANG"
@@ -126,6 +127,20 @@ def C_(context: str, message: str) -> str:
     if language == "en":
         return message
     return translations(str(language)).pgettext(context, message)
+
+
+def display_width(text: str) -> int:
+    """How many terminal columns ``text`` takes: 2 for a wide or full-width character (汉字, "，"), 1 otherwise."""
+    check_instance("text", text, str)
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def ljust(text: str, width: int) -> str:
+    """``text`` padded with spaces on the right to ``width`` columns (as ``str.ljust``, counting a Chinese
+    character as two columns), so a printed table lines up in both languages; longer text is left as it is."""
+    check_instance("text", text, str)
+    check_int("width", width, minimum=0)
+    return text + " " * max(0, width - display_width(text))
 
 
 def _language_from_environment(environ: dict[str, str] | os._Environ = os.environ) -> str:

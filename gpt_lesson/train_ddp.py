@@ -261,7 +261,8 @@ def run(args: argparse.Namespace, ctx: distributed.DistContext,
     def on_step(step: int, hist: History) -> None:
         stamps.append(time.perf_counter())
         if step == args.fail_at_step and ctx.rank == args.fail_rank:
-            raise InjectedFailure(f"rank {ctx.rank}: injected failure after step {step} (--fail-at-step)")
+            raise InjectedFailure(_("rank {rank}: injected failure after step {step} (--fail-at-step)").format(
+                rank=ctx.rank, step=step))
 
     start = time.perf_counter()
     hist = train(model, train_data, val_data, cfg, callback=on_step)

@@ -160,3 +160,37 @@ def test_train_ddp_reports_in_the_language_of_gpt_lesson_lang(tmp_path, lang):
         assert "world_size=1 backend=none (one process) device=cpu" in run.stdout
         assert "global batch 8 rows = 1 rank(s) x 2 micro-batch(es) x 4 rows;" in run.stdout
         assert "step 4: train loss " in run.stdout and f"checkpoint written to {tmp_path / 'c.pt'}" in run.stdout
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
+def test_train_ddp_injected_failure_speaks_the_language_of_gpt_lesson_lang(tmp_path):
+    """Lesson 12 prints the crashed rank's message: in the Chinese edition it is Chinese (the class name stays)."""
+    import os
+
+    text = tmp_path / "text.txt"
+    text.write_text("To be, or not to be, that is the question.\n" * 40, encoding="utf-8")
+    args = ["--data", str(text), "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+            "--batch-size", "8", "--max-steps", "4", "--eval-interval", "2", "--eval-iters", "1", "--no-progress",
+            "--fail-at-step", "2", "--fail-rank", "0"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update({LANG_ENV: "zh", "OMP_NUM_THREADS": "1"})
+    run = subprocess.run([sys.executable, "-m", "gpt_lesson.train_ddp", *args], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode != 0
+    assert "InjectedFailure: 进程 0：第 2 步之后按 --fail-at-step 注入的故障" in run.stderr, run.stderr[-2000:]
+    assert "injected failure after step 2" not in run.stderr  # (the traceback quotes the source line)
+
+
+def test_display_width_and_ljust_count_a_chinese_character_as_two_columns():
+    from gpt_lesson.i18n import display_width, ljust
+
+    assert display_width("GPT-2 small") == 11 and display_width("本课的模型") == 10 and display_width("（8 块）") == 8
+    assert ljust("本课的模型", 12) == "本课的模型  " and ljust("our model", 12) == "our model   "
+    assert ljust("our model", 12) == f"{'our model':12s}"  # the English table prints as before
+    assert ljust("GPT-2 small and more", 12) == "GPT-2 small and more"  # too long: left as it is
+    with pytest.raises(ValueError, match=r"width=-1 must be >= 0"):
+        ljust("x", -1)
+    with pytest.raises(TypeError, match=r"width=True must be an integer"):
+        ljust("x", True)
+    with pytest.raises(TypeError, match=r"text must be a str, got int"):
+        display_width(3)
