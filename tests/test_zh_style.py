@@ -15,6 +15,8 @@ CATALOGUE = ROOT / "gpt_lesson" / "locale" / "zh" / "LC_MESSAGES" / "gpt_lesson.
 CJK = re.compile(r"[\u4e00-\u9fff]")
 BAD_RATIO = re.compile(r"大了\s*[~\d{][^倍\n]{0,30}倍|(?<![缩减])小\s*[~\d{][^倍\n]{0,30}倍")
 SPACED_QUOTE = re.compile(r"[\u4e00-\u9fff] [“”]|[“”] [\u4e00-\u9fff]")
+# Two authors joined in English, or a half-width comma after the year of a 等人 citation: （Hendrycks and Gimpel, 2016）
+ENGLISH_CITATION = re.compile(r"\b[A-Z][a-z]+ (?:and|&) [A-Z][a-z]+[,，] ?\d{4}|等人，\d{4}, ")
 COMMONMARK = MarkdownIt("commonmark")
 
 
@@ -84,6 +86,8 @@ def test_prose_ratios_quotes_and_citations(path):
         problems += [f"[{i}] ratio {m.group(0)!r}: write 是…的 N 倍 / 只有…的 1/N" for m in BAD_RATIO.finditer(prose)]
         problems += [f"[{i}] space around a quotation mark: {m.group(0)!r}" for m in SPACED_QUOTE.finditer(prose)]
         problems += [f"[{i}] 'et al.' in Chinese prose: write 等人" for _ in re.finditer(r"\bet al\.", prose)]
+        problems += [f"[{i}] citation {m.group(0)!r}: write （甲 和 乙，2016） / （甲 等人，2017，“标题”）"
+                     for m in ENGLISH_CITATION.finditer(prose)]
     assert not problems, f"{path.name} (docs/zh-style.md):\n" + "\n".join(problems)
 
 
@@ -111,6 +115,9 @@ def test_the_checks_can_fail():
     assert BAD_RATIO.search("权重大了 3.6 倍") and BAD_RATIO.search("梯度小 {r:.0f} 倍")
     assert not BAD_RATIO.search("是后者的 3.6 倍") and not BAD_RATIO.search("缩小 4 倍")
     assert SPACED_QUOTE.search("选中了 “But” 中") and not SPACED_QUOTE.search("选中了“But”中")
+    assert ENGLISH_CITATION.search("（Hendrycks and Gimpel, 2016）") and ENGLISH_CITATION.search("Hendrycks & Gimpel，2016")
+    assert ENGLISH_CITATION.search('（Dao 等人，2022, "FlashAttention"）')
+    assert not ENGLISH_CITATION.search("（Hendrycks 和 Gimpel，2016）") and not ENGLISH_CITATION.search("（Dao 等人，2022，“FlashAttention”）")
     assert bold_problems("**讲课安排：**第 2 周") == ["shown as text, not bold: '**讲课安排：**第 2 周'"]
     assert bold_problems("的**（padding）**词元") == ["shown as text, not bold: '的**（padding）**词元'"]
     assert bold_problems("**时间：** 阅读") == ["colon inside the bold: '时间：': write **标签**："]
