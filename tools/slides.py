@@ -304,6 +304,15 @@ require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
     });
   }
   function zoomOf(frame) { return parseFloat(frame.style.zoom) || 1; }
+  // In projector mode the explorer inside the frame takes its compact layout (class gl-compact on the
+  // frame's document: controls and read-outs packed around the pictures, so it fits one screen).
+  function compactFrame(frame) {
+    var doc;
+    try { doc = frame.contentDocument; } catch (e) { return; }
+    if (!doc || !doc.documentElement) { return; }
+    doc.documentElement.classList.toggle("gl-compact", projector);
+    if (doc.defaultView) { doc.defaultView.dispatchEvent(new doc.defaultView.Event("resize")); }
+  }
   function hookFrame(frame) {
     var doc;
     try { doc = frame.contentDocument; } catch (e) { return; }
@@ -344,13 +353,13 @@ require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
     doc.addEventListener("pointerup", function (event) {
       if (!typing(event.target)) { setTimeout(function () { window.focus(); }, 0); }
     }, true);
-    win.dispatchEvent(new win.Event("resize"));
+    compactFrame(frame);
   }
   function explorerFrames() { return document.querySelectorAll(".reveal iframe.gpt-lesson-explorer-view"); }
   function setProjector(on) {
     projector = !!on;
     document.documentElement.dataset.glProjector = projector ? "on" : "off";
-    explorerFrames().forEach(function (frame) { frame.style.zoom = projector ? String(PROJECTOR_ZOOM) : ""; });
+    explorerFrames().forEach(function (frame) { frame.style.zoom = projector ? String(PROJECTOR_ZOOM) : ""; compactFrame(frame); });
     // The frames lay the explorers out again (their width changed); then the slide may need to scroll.
     setTimeout(fit, 300);
     return projector;
