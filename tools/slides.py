@@ -14,7 +14,8 @@ The explorers (``gpt_lesson.widgets``) show their self-contained HTML view, whic
 without a kernel; any other widget, which needs one, is replaced by a short note.
 
 In projector mode (key P, on in the lecture cut ``--lecture``) every explorer's frame is zoomed 2.3 times,
-so its text is at least 24 px on the projector, and its canvas draws with the deck's fonts; a clicker's
+so its text is at least 24 px on the projector, the explorer takes its compact layout (class ``gl-compact``
+in its frame), which fits one screen, and its canvas draws with the deck's fonts; a clicker's
 "next" scrolls a slide taller than the screen before it moves on.
 
 The slides are made for the back row: a 1280x720 slide with body text at 34 px and code at 26 px
