@@ -7,7 +7,9 @@ lessons (02 and 05 with explorers, 10 the longest Part II lesson, 13 with its to
 the Chinese edition) have no slide taller than the 1280x720 screen and no code wrapped inside a word;
 the right arrow visits every slide; and a click in an explorer leaves the keys to the deck. Projector
 mode (on in the lecture cut, key P) enlarges the explorers to >= 24 px text, their canvas text included and
-drawn with the deck's fonts; a clicker scrolls a slide taller than the screen before it moves on.
+drawn with the deck's fonts, in their compact layout, so that each explorer of each kind (attention, causal mask,
+scaling: 02, 05, zh/03 and the explorers page) fits one 720 px slide; a clicker scrolls a slide taller than the
+screen before it moves on.
 """
 from __future__ import annotations
 
@@ -118,6 +120,9 @@ def test_no_wrap_before_a_closing_quote():
 
 SUBSET = [("en", "02_attention"), ("en", "05_multi_head_attention"), ("en", "10_generation_and_kv_cache"),
           ("en", "13_subword_tokens"), ("zh", "03_causal_mask")]
+# Built for the projector tests only: the explorers page holds one explorer of each kind (the attention one
+# with a query picked, its step-through shown).
+EXPLORER_DECKS = [("en", "explorers")]
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +133,7 @@ def lecture_decks(tmp_path_factory):
     decks = {}
     for lang in ("en", "zh"):
         folder = REPO / "notebooks" / ("zh" if lang == "zh" else "")
-        names = [name for edition, name in SUBSET if edition == lang]
+        names = [name for edition, name in SUBSET + EXPLORER_DECKS if edition == lang]
         for d in slides.build_decks([folder / f"{n}.ipynb" for n in names], out / lang, lecture=True):
             decks[(lang, d.notebook.stem)] = d
     return decks
@@ -204,7 +209,7 @@ def test_right_arrow_visits_every_slide_and_explorers_give_the_keys_back(lecture
         frame = page.frame_locator("iframe.gpt-lesson-explorer-view").first
         _click_explorer_button(page, 1)
         assert page.evaluate("() => document.activeElement.tagName") == "BODY"  # the deck has the keys again
-        # (In projector mode the explorer's slide is taller than the screen: the first presses scroll it.)
+        # (Should the explorer's slide be taller than the screen, the first presses scroll it.)
         for _ in range(6):
             page.keyboard.press("ArrowRight")
             if page.evaluate(_AT) != where:
@@ -221,7 +226,12 @@ def test_right_arrow_visits_every_slide_and_explorers_give_the_keys_back(lecture
         page.close()
 
 
-PROJECTOR_SUBSET = [("en", "02_attention"), ("en", "05_multi_head_attention"), ("zh", "03_causal_mask")]
+PROJECTOR_SUBSET = [("en", "02_attention"), ("en", "05_multi_head_attention"), ("zh", "03_causal_mask"),
+                    ("en", "explorers")]
+# The explorers each deck shows, by kind (02: one head, nothing picked; 05: every head of a layer; the
+# explorers page: a query picked, so the attention explorer shows its step-through).
+PROJECTOR_KINDS = {"02_attention": ["attention"], "05_multi_head_attention": ["attention"], "03_causal_mask": ["mask"],
+                   "explorers": ["attention", "mask", "scaling"]}
 
 
 @pytest.mark.browser
@@ -230,14 +240,18 @@ PROJECTOR_SUBSET = [("en", "02_attention"), ("en", "05_multi_head_attention"), (
 def test_projector_mode_enlarges_the_explorers(lecture_decks, browser, lang, name):
     """A lecture deck opens in projector mode: the explorers' text, the text on their canvas too, is at least
     24 px on the 1280x720 screen and no character is a box (the canvas draws with the deck's fonts, so the
-    Chinese labels show on a PC without Chinese fonts). Switched off, the explorers are at notebook size."""
+    Chinese labels show on a PC without Chinese fonts), and each explorer, in its compact layout, fits the
+    slide: no slide is taller than the 720 px screen (main's layout: 1119-1312 px). Switched off, the
+    explorers are at notebook size."""
     ctx, remote = browser
     deck = lecture_decks[(lang, name)]
     on = measure_deck(ctx, deck.html, remote)
     print("\n" + on.summary())
     assert on.projector is True
+    assert sorted({k for s in on.slides for k in s.explorers}) == PROJECTOR_KINDS[name]
     assert on.explorer_min is not None and on.explorer_min >= EXPLORER_MIN_PX
     assert on.canvas_min is not None and on.canvas_min >= EXPLORER_MIN_PX
+    assert [(s.h, s.v, s.explorers, s.height) for s in on.tall] == [] and on.tallest <= on.height == 720
     assert on.tofu == [] and on.problems == [] and on.clipped == [] and on.splits == []
     off = measure_deck(ctx, deck.html, remote, projector=False)
     assert off.projector is False and off.explorer_min < 12 and off.canvas_min < 12
@@ -262,13 +276,18 @@ def test_p_toggles_projector_mode(lecture_decks, browser):
     ctx, _ = browser
     page = _open_deck(ctx, lecture_decks[("en", "02_attention")].html)
     try:
+        # (the zoom on the frame, and the compact layout inside it)
         state = ("() => [document.documentElement.dataset.glProjector,"
-                 " document.querySelector('iframe.gpt-lesson-explorer-view').style.zoom, Reveal.getIndices().h]")
-        assert page.evaluate(state) == ["on", "2.3", 0]  # the lecture cut opens in projector mode
+                 " document.querySelector('iframe.gpt-lesson-explorer-view').style.zoom, Reveal.getIndices().h,"
+                 " document.querySelector('iframe.gpt-lesson-explorer-view').contentDocument.documentElement"
+                 ".classList.contains('gl-compact')]")
+        page.wait_for_function("() => document.querySelector('iframe.gpt-lesson-explorer-view').contentDocument"
+                               ".documentElement.dataset.ready === 'true'", timeout=30_000)
+        assert page.evaluate(state) == ["on", "2.3", 0, True]  # the lecture cut opens in projector mode
         page.keyboard.press("p")  # (reveal.js's own P goes back a slide)
-        assert page.evaluate(state) == ["off", "", 0]
+        assert page.evaluate(state) == ["off", "", 0, False]
         page.keyboard.press("p")
-        assert page.evaluate(state) == ["on", "2.3", 0]
+        assert page.evaluate(state) == ["on", "2.3", 0, True]
         frame = page.frame_locator("iframe.gpt-lesson-explorer-view").first
         page.evaluate("() => { const i = Reveal.getIndices(document.querySelector('iframe.gpt-lesson-explorer-view')"
                       ".closest('section')); Reveal.slide(i.h, i.v); }")

@@ -103,7 +103,7 @@ async () => {
       const box = slidesBox.getBoundingClientRect();
       const rec = {h, v, scale, body_min: null, code_min: null, small: [], clipped: [], chars: 0,
                    height: slide.scrollHeight, title: '', splits: [], frames: 0, frame_min: null,
-                   canvas_min: null, canvas_small: []};
+                   canvas_min: null, canvas_small: [], explorers: []};
       const heading = slide.querySelector('h1, h2, h3, h4');
       rec.title = heading ? heading.textContent.replace('¶', '').trim().slice(0, 80) : '';
       const walker = document.createTreeWalker(slide, NodeFilter.SHOW_TEXT);
@@ -193,6 +193,7 @@ async () => {
         let doc = null;
         try { doc = frame.contentDocument; } catch (e) { doc = null; }
         if (!doc || !doc.body) continue;
+        rec.explorers.push(frame.getAttribute('data-gpt-lesson-explorer-view') || '');
         for (let k = 0; k < 50 && doc.documentElement.dataset.ready !== 'true'; k++)
           await new Promise(r => setTimeout(r, 100));
         // Screen px per CSS px of the frame's document (reveal.js's scale and a zoomed frame included).
@@ -292,6 +293,7 @@ class SlideMetrics:
     frame_min: float | None = None  # smallest text inside them, px on the window (None: no frame text)
     canvas_min: float | None = None  # smallest text the explorers draw on their canvas, px on the window
     canvas_small: list[dict] = field(default_factory=list)  # canvas text below EXPLORER_MIN_PX: up to 5
+    explorers: list[str] = field(default_factory=list)  # the kind of each explorer frame ("attention", "mask", ...)
 
 
 @dataclass
@@ -446,7 +448,7 @@ def measure_deck(context, deck: Path, remote: list[str] | None = None, *,
     problems += [f"remote: {u}" for u in sorted(set(remote))]
     slides = [SlideMetrics(s["h"], s["v"], s["title"], s["body_min"], s["code_min"], s["small"], s["clipped"],
                            s["chars"], s["height"], s["scale"], s["splits"], s["frames"], s["frame_min"],
-                           s["canvas_min"], s["canvas_small"])
+                           s["canvas_min"], s["canvas_small"], s["explorers"])
               for s in raw["slides"]]
     return DeckMetrics(Path(deck), slides, raw["tofu"], raw["width"], raw["height"], problems, raw["projector"])
 

@@ -14,7 +14,8 @@ The explorers (``gpt_lesson.widgets``) show their self-contained HTML view, whic
 without a kernel; any other widget, which needs one, is replaced by a short note.
 
 In projector mode (key P, on in the lecture cut ``--lecture``) every explorer's frame is zoomed 2.3 times,
-so its text is at least 24 px on the projector, and its canvas draws with the deck's fonts; a clicker's
+so its text is at least 24 px on the projector, the explorer takes its compact layout (class ``gl-compact``
+in its frame), which fits one screen, and its canvas draws with the deck's fonts; a clicker's
 "next" scrolls a slide taller than the screen before it moves on.
 
 The slides are made for the back row: a 1280x720 slide with body text at 34 px and code at 26 px
@@ -304,6 +305,15 @@ require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
     });
   }
   function zoomOf(frame) { return parseFloat(frame.style.zoom) || 1; }
+  // In projector mode the explorer inside the frame takes its compact layout (class gl-compact on the
+  // frame's document: controls and read-outs packed around the pictures, so it fits one screen).
+  function compactFrame(frame) {
+    var doc;
+    try { doc = frame.contentDocument; } catch (e) { return; }
+    if (!doc || !doc.documentElement) { return; }
+    doc.documentElement.classList.toggle("gl-compact", projector);
+    if (doc.defaultView) { doc.defaultView.dispatchEvent(new doc.defaultView.Event("resize")); }
+  }
   function hookFrame(frame) {
     var doc;
     try { doc = frame.contentDocument; } catch (e) { return; }
@@ -344,13 +354,13 @@ require(["%(reveal)s/dist/reveal.js"], function (Reveal) {
     doc.addEventListener("pointerup", function (event) {
       if (!typing(event.target)) { setTimeout(function () { window.focus(); }, 0); }
     }, true);
-    win.dispatchEvent(new win.Event("resize"));
+    compactFrame(frame);
   }
   function explorerFrames() { return document.querySelectorAll(".reveal iframe.gpt-lesson-explorer-view"); }
   function setProjector(on) {
     projector = !!on;
     document.documentElement.dataset.glProjector = projector ? "on" : "off";
-    explorerFrames().forEach(function (frame) { frame.style.zoom = projector ? String(PROJECTOR_ZOOM) : ""; });
+    explorerFrames().forEach(function (frame) { frame.style.zoom = projector ? String(PROJECTOR_ZOOM) : ""; compactFrame(frame); });
     // The frames lay the explorers out again (their width changed); then the slide may need to scroll.
     setTimeout(fit, 300);
     return projector;

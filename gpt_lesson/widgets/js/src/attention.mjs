@@ -5,7 +5,7 @@
 // (and without a kernel). The one arithmetic done here is the step-through's channel-by-channel
 // products q[d]·k[d] and w·v[key] of the picked cell.
 import {
-  batched, buttonGroup, Chart, colorbarGradient, drawMatrix, FONT, fmt, h, hatch, labeller, legend, markBox, ownKeys, textWidth,
+  batched, buttonGroup, Chart, colorbarGradient, drawMatrix, FONT, fmt, h, hatch, isCompact, labeller, legend, markBox, ownKeys, textWidth,
   painted, probeKernel, sizeCanvas, textColorAt, ticks, tickText, Tooltip, unpack, update, viewHeight, watchSize,
 } from "./core.mjs";
 
@@ -245,13 +245,14 @@ class AttentionView {
     const stale = !!p.error || this.lost || !data;
     let message = p.error || "";
     if (this.lost) message = L("kernel_lost");
-    else if (!p.error) message = (this.live === false ? L("no_kernel") + " " : "") + (p.notice || "");
+    else if (!p.error) message = (this.live === false && !isCompact(this.root) ? L("no_kernel") + " " : "") + (p.notice || "");
     this.message.className = "gl-message" + (p.error || this.lost ? " gl-error" : "");
     this.message.textContent = message;
     for (const part of [this.main, this.readout, this.strip, this.stageInfo]) part.classList.toggle("gl-dim", stale);
     this.root.dataset.stale = String(stale);
     if (!data) { painted(this.root); return; }
     const { query, key } = this.effective(s);
+    this.root.classList.toggle("gl-picked", query !== null); // (the compact layout hides the stage line then)
     if (s.head !== "all" && this.previewHead !== null) { this.preview = null; this.previewHead = null; } // (the grid's)
     this.heat.dataset.preview = this.preview === null ? "" : String(this.preview);
     this.layoutSizes();
@@ -262,6 +263,12 @@ class AttentionView {
     this.drawSide(s, query, key);
     this.readout.replaceChildren(...readoutLines(L, data, s.layer, s.head, query).map((t) => h("div", { text: t })));
     this.selection.replaceChildren(...this.selectionText(s, query, key));
+    // compact: sized from the rows' heights before this draw; once more if its texts changed them
+    if (this.tight && !this.again && this.rowsHeight() !== this.tightRows) {
+      this.again = true;
+      try { this.draw(); } finally { this.again = false; }
+      return;
+    }
     painted(this.root);
   }
 
@@ -307,6 +314,20 @@ class AttentionView {
     // the heatmap, the side panels and the read-outs fit the window's height with the controls above them
     this.S = Math.round(Math.max(150, Math.min(room - M.l - M.r, winH - (this.compact ? 440 : 400), 470)));
     this.main.style.flexWrap = beside ? "nowrap" : "wrap";
+    this.tight = isCompact(this.root);
+    if (this.tight) { // projector mode: the heatmap as large as the rows above and below it leave room for
+      const rows = this.tightRows = this.rowsHeight();
+      this.S = Math.round(Math.max(90, Math.min(W - 250 - M.l - M.r - 8, winH - rows - M.t - M.b - 40)));
+      this.sideH = winH - rows - 22; // the step-through's height
+      this.sideW = Math.max(150, W - this.S - M.l - M.r - 10);
+      this.main.style.flexWrap = "nowrap";
+    }
+  }
+
+  // The height of the rows above and below the heatmap (the compact layout sizes it to what is left).
+  rowsHeight() {
+    return [".gl-controls", ".gl-strip", ".gl-readouts", ".gl-message", "[data-part=stage-line]"]
+      .map((q) => this.root.querySelector(q)).reduce((sum, e) => sum + (e && e.offsetHeight ? e.offsetHeight + 3 : 0), 0);
   }
 
   // Boxes of the heatmaps: one head, or a grid of every head of the layer.
@@ -688,9 +709,22 @@ class AttentionView {
     const c = cellStep(data, s.layer, s.head, query, key), T = data.T, d = data.d;
     this.step = { c, data, layer: s.layer, head: s.head };
     // compact: the three charts and their titles no taller than the heatmap beside them
-    const w = this.sideW, ph = Math.round(this.compact ? Math.max(48, Math.min(120, (this.S - 140) / 3))
+    const w = this.sideW;
+    let ph = Math.round(this.compact ? Math.max(48, Math.min(120, (this.S - 140) / 3))
       : Math.max(70, Math.min(120, (this.S - 100) / 3)));
-    const margin = { l: 50, r: 8, t: 6, b: 26 };
+    let margin = { l: 50, r: 8, t: 6, b: 26 };
+    if (this.tight) { // projector mode: the three charts and their lines as high as the heatmap beside them
+      P.rowTitle.textContent = L("row_title", { i: query, tok: data.tokens[query] });
+      P.dot.textContent = L("dot_title", { i: query, j: c.key, n: d, dot: c.dot });
+      P.chain.textContent = c.visible
+        ? L("chain", { scale: data.scale, scaled: c.scaled, sum: c.sum_exp, n: c.n_visible, w: c.weight })
+        : L("chain_masked", { scale: data.scale, scaled: c.scaled });
+      // (its q·k products chart is left out: the line above it gives their sum)
+      const lines = [P.rowTitle, P.dot, P.chain, P.v.previousSibling].reduce((sum, e) => sum + (e.offsetHeight || 15), 0);
+      ph = Math.round(Math.max(40, (this.sideH - lines - 6) / 2));
+      margin = { l: 34, r: 6, t: 5, b: 17 };
+    }
+    const xLabel = (text) => (this.tight ? undefined : text);
     // 1. the query's weights over the keys; the weights of a long row are small: the scale follows the largest
     const top = Math.min(1, niceTop(1.1 * rowStat(data, "max_weight", s.layer, s.head, query)));
     const row = new Chart(P.row, w, ph, margin).scales({ lo: -0.5, hi: T - 0.5 }, { lo: 0, hi: top });
@@ -699,13 +733,13 @@ class AttentionView {
       ctx.fillStyle = hatch(ctx); ctx.fillRect(x0, row.box.y, row.box.x + row.box.w - x0, row.box.h);
     }
     row.bars(Array.from(c.row), 0.8, (j) => (j === c.key ? "#000" : "#2166ac"))
-      .axes({ xTicks: ticks(0, T - 1, 6).filter(Number.isInteger), yTicks: ticks(0, top, 2), xLabel: L("axis_key_position"), yLabel: L("weight") });
+      .axes({ xTicks: ticks(0, T - 1, 6).filter(Number.isInteger), yTicks: ticks(0, top, 2), xLabel: xLabel(L("axis_key_position")), yLabel: xLabel(L("weight")) });
     P.rowTitle.textContent = L("row_title", { i: query, tok: data.tokens[query] });
     // 2. q[d] k[d], channel by channel, and the chain to the weight
     const lo = Math.min(0, ...c.products), hi = Math.max(0, ...c.products), pad = 0.08 * (hi - lo) || 1;
     new Chart(P.qk, w, ph, margin).scales({ lo: -0.6, hi: d - 0.4 }, { lo: lo - pad, hi: hi + pad })
       .bars(Array.from(c.products), 0.8, (n) => (c.products[n] >= 0 ? "#b2182b" : "#2166ac"))
-      .hline(0).axes({ xTicks: ticks(0, d - 1, 6).filter(Number.isInteger), yTicks: ticks(lo, hi, 4), xLabel: L("axis_channel") });
+      .hline(0).axes({ xTicks: ticks(0, d - 1, 6).filter(Number.isInteger), yTicks: ticks(lo, hi, 4), xLabel: xLabel(L("axis_channel")) });
     P.dot.textContent = L("dot_title", { i: query, j: c.key, n: d, dot: c.dot });
     P.chain.textContent = c.visible
       ? L("chain", { scale: data.scale, scaled: c.scaled, sum: c.sum_exp, n: c.n_visible, w: c.weight })
@@ -715,7 +749,7 @@ class AttentionView {
     new Chart(P.v, w, ph, margin).scales({ lo: -0.6, hi: d - 0.4 }, { lo: vlo - vpad, hi: vhi + vpad })
       .bars(Array.from(c.output), 0.8, "#9a9a9a")
       .bars(Array.from(c.contribution), 0.4, "#000")
-      .hline(0).axes({ xTicks: ticks(0, d - 1, 6).filter(Number.isInteger), yTicks: ticks(vlo, vhi, 4), xLabel: L("axis_channel") });
+      .hline(0).axes({ xTicks: ticks(0, d - 1, 6).filter(Number.isInteger), yTicks: ticks(vlo, vhi, this.tight ? 2 : 4), xLabel: xLabel(L("axis_channel")) });
   }
 }
 

@@ -252,6 +252,12 @@ export function viewHeight() {
   return fromHost || window.innerHeight || 900;
 }
 
+// The compact layout (a slide deck's projector mode puts the class gl-compact on the frame's page): the
+// explorer packs its controls and read-outs around its pictures to fit one 1280x720 screen at 2.3x.
+export function isCompact(el) {
+  return !!(el && el.closest && el.closest(".gl-compact"));
+}
+
 // Call onWidth(width) when the element's width changes, in the next animation frame: a redraw inside
 // the observer's own callback changes the layout it measures ("ResizeObserver loop completed with
 // undelivered notifications"). The window's height also sizes the pictures: a window resize counts.

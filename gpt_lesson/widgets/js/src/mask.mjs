@@ -3,7 +3,7 @@
 // every row over every visible prefix of its keys, and for every setting (T, mask, real tokens) how
 // many keys each row sees, the leak and the NaN rows. Here they are looked up, formatted and drawn.
 import {
-  buttonGroup, colorAt, drawMatrix, float32s, FONT, fmt, h, mount, hatch, painted, sizeCanvas, slider,
+  buttonGroup, colorAt, drawMatrix, float32s, FONT, fmt, h, isCompact, mount, hatch, painted, sizeCanvas, slider,
   textColorAt, Tooltip, update, viewHeight,
 } from "./core.mjs";
 
@@ -88,9 +88,14 @@ class MaskView {
     // four panels in a row when they fit, else two by two; at T = 8 the cells are big enough for their numbers
     const W = Math.max(360, (this.width || this.root.clientWidth || 900) - 10), winH = viewHeight();
     const extra = MARGIN.l + MARGIN.r + 44;
-    const cols = (W - 4 * extra) / 4 >= Math.max(150, 26 * Math.min(T, 8)) ? 4 : 2;
-    const P = Math.floor(Math.max(110, Math.min(W / cols - extra, cols === 4 ? winH - 300 : (winH - 350) / 2, 300)));
-    const pw = P + extra, ph = P + MARGIN.t + MARGIN.b;
+    let cols = (W - 4 * extra) / 4 >= Math.max(150, 26 * Math.min(T, 8)) ? 4 : 2;
+    let P = Math.floor(Math.max(110, Math.min(W / cols - extra, cols === 4 ? winH - 300 : (winH - 350) / 2, 300)));
+    const tight = isCompact(this.root), top = tight ? MARGIN.t + 14 : MARGIN.t; // (compact: a panel's name in two lines)
+    if (tight) { // projector mode: two by two beside the column of controls, title and read-outs
+      cols = 2;
+      P = Math.floor(Math.max(40, Math.min((W - this.title.offsetWidth - 8) / 2 - extra, (winH - 10) / 2 - top - MARGIN.b)));
+    }
+    const pw = P + extra, ph = P + top + MARGIN.b;
     const ctx = sizeCanvas(this.canvas, pw * cols, ph * (4 / cols));
     const pattern = hatch(ctx);
     const lim = v.limit || 1;
@@ -104,7 +109,7 @@ class MaskView {
     const nan = new Set(v.nan_rows);
     const cw = P / T, numbers = cw >= 22;
     panels.forEach((p, n) => {
-      const box = { x: (n % cols) * pw + MARGIN.l, y: Math.floor(n / cols) * ph + MARGIN.t, w: P, h: P, panel: n };
+      const box = { x: (n % cols) * pw + MARGIN.l, y: Math.floor(n / cols) * ph + top, w: P, h: P, panel: n };
       const t = (x) => (x - p.lo) / (p.hi - p.lo);
       const hidden = p.hidden ? (k) => v.mask[k] === 0 && !(n === 3 && nan.has(Math.floor(k / T))) : null;
       const g = drawMatrix(ctx, p.values, T, T, box, p.cmap, t, hidden, pattern,
@@ -112,7 +117,11 @@ class MaskView {
       box.xs = g.xs; box.ys = g.ys;
       this.boxes.push(box);
       ctx.font = FONT; ctx.fillStyle = "#222"; ctx.textAlign = "left"; ctx.textBaseline = "bottom";
-      ctx.fillText(L(p.key), box.x - MARGIN.l + 2, box.y - 4);
+      const name = L(p.key), cut = tight && ctx.measureText(name).width > pw - 4 ? name.lastIndexOf(" ", Math.ceil(name.length / 2) + 2) : -1;
+      if (cut > 0) { // two lines, broken at a space near the middle
+        ctx.fillText(name.slice(0, cut), box.x - MARGIN.l + 2, box.y - 18);
+        ctx.fillText(name.slice(cut + 1), box.x - MARGIN.l + 2, box.y - 4);
+      } else ctx.fillText(name, box.x - MARGIN.l + 2, box.y - 4);
       // numbers in the cells when they are large enough to read
       ctx.textAlign = "center"; ctx.textBaseline = "middle";
       ctx.font = `${Math.min(11, Math.max(8, cw / 2.8))}px system-ui, sans-serif`;

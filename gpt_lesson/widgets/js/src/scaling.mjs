@@ -4,7 +4,7 @@
 // variance of the scores, their histogram, one query's softmax, and the softmax's largest weight,
 // entropy and gradient size averaged over many queries. Here they are looked up, formatted and drawn.
 import {
-  buttonGroup, Chart, float32s, h, mount, legend, painted, slider, ticks, tickText, Tooltip, unpack, update,
+  buttonGroup, Chart, float32s, h, isCompact, mount, legend, painted, slider, ticks, tickText, Tooltip, unpack, update,
   viewHeight,
 } from "./core.mjs";
 
@@ -108,15 +108,31 @@ class ScalingView {
     this.title.textContent = L("scaling_title", { d_k: dK, label, scale: v.scale });
     // the room inside the padding; four panels in a row when they fit, else two rows of two
     const W = Math.max(360, (this.width || this.root.clientWidth || 900) - 10), winH = viewHeight();
-    const cols = W >= 4 * 220 + 3 * 16 ? 4 : 2;
-    const pw = Math.floor((W - 16 * (cols - 1)) / cols);
-    const ph = Math.round(Math.max(120, Math.min(220, cols === 4 ? winH - 340 : (winH - 420) / 2)));
+    const tight = this.tight = isCompact(this.root);
+    const cols = !tight && W >= 4 * 220 + 3 * 16 ? 4 : 2;
+    let pw = Math.floor((W - 16 * (cols - 1)) / cols);
+    let ph = Math.round(Math.max(120, Math.min(220, cols === 4 ? winH - 340 : (winH - 420) / 2)));
+    const texts = () => { // compact: the panels' titles and legends, the taller of each row
+      const t = Object.values(this.panels).map((p) => p.title.offsetHeight + p.key.offsetHeight);
+      return Math.max(t[0], t[1]) + Math.max(t[2], t[3]);
+    };
+    let used = 0;
+    if (tight) { // projector mode: two by two beside the column of controls, title and read-out
+      pw = Math.floor((W - this.title.offsetWidth - 8 - 8) / 2);
+      used = texts();
+      ph = Math.round(Math.max(50, (winH - 12 - used - 4) / 2));
+    }
     for (const panel of Object.values(this.panels)) panel.el.style.width = pw + "px";
     this.drawHistogram(p, v, pw, ph);
     this.drawVariance(p, v, pw, ph);
     this.drawRow(v, pw, ph);
     this.drawSaturation(p, v, pw, ph);
     this.readout.replaceChildren(h("div", { class: "gl-wrap", text: readoutLine(L, v) }));
+    if (tight && !this.again && texts() !== used) { // (its texts changed the room: once more)
+      this.again = true;
+      try { this.draw(); } finally { this.again = false; }
+      return;
+    }
     painted(this.root);
   }
 
@@ -138,7 +154,7 @@ class ScalingView {
     const chart = new Chart(P.canvas, w, hgt).scales({ lo, hi }, { lo: 0, hi: top });
     chart.spans(x0, x1, Array.from(v.counts), "rgba(33,102,172,0.75)")
       .line([...Array(N).keys()].map((n) => edge(n, N - 1)), Array.from(v.normal), { color: "#000" })
-      .axes({ xTicks: ticks(lo, hi, 5), yTicks: ticks(0, top, 4), xLabel: L("axis_score"), yLabel: L("axis_count") });
+      .axes({ xTicks: ticks(lo, hi, 5), yTicks: ticks(0, top, 4), xLabel: L("axis_score"), yLabel: this.tight ? undefined : L("axis_count") });
     P.title.textContent = L("hist_title", { n: v.n_samples, v: v.variance });
     this.hoverOn(P, chart, (x) => {
       const b = Math.floor(((x - chart.box.x) / chart.box.w) * B);
@@ -155,8 +171,9 @@ class ScalingView {
     const ctx = chart.ctx, cx = chart.x(v.d_k), cy = chart.y(Math.max(5e-3, v.variance));
     ctx.fillStyle = "#000"; ctx.beginPath(); ctx.arc(cx, cy, 4.5, 0, 2 * Math.PI); ctx.fill();
     ctx.strokeStyle = "#fff"; ctx.lineWidth = 1.5; ctx.beginPath(); ctx.arc(cx, cy, 2.5, 0, 2 * Math.PI); ctx.stroke();
-    chart.axes({ xTicks: [1, 4, 16, 64, 256, 1024], yTicks: [1e-2, 1e-1, 1, 10, 100, 1000], xLabel: L("axis_d_k"),
-      yLabel: L("axis_variance"), grid: true, yText: (t) => tickText(t) });
+    chart.axes({ xTicks: this.tight ? [1, 16, 256] : [1, 4, 16, 64, 256, 1024],
+      yTicks: this.tight ? [1e-2, 1, 100] : [1e-2, 1e-1, 1, 10, 100, 1000], xLabel: L("axis_d_k"),
+      yLabel: this.tight ? undefined : L("axis_variance"), grid: true, yText: (t) => tickText(t) });
     P.title.textContent = L("variance_title");
     this.hoverOn(P, chart, (x) => {
       const n = Math.round(((x - chart.box.x) / chart.box.w) * (grid.length - 1));
@@ -169,7 +186,7 @@ class ScalingView {
     const L = this.L, P = this.panels.row, T = v.T;
     const chart = new Chart(P.canvas, w, hgt).scales({ lo: -0.6, hi: T - 0.4 }, { lo: 0, hi: 1 });
     chart.bars(Array.from(v.weights), 0.8, "#2166ac").hline(1 / T, "#777", [2, 3])
-      .axes({ xTicks: ticks(0, T - 1, 5).filter(Number.isInteger), yTicks: [0, 0.5, 1], xLabel: L("axis_key"), yLabel: L("weight") });
+      .axes({ xTicks: ticks(0, T - 1, 5).filter(Number.isInteger), yTicks: [0, 0.5, 1], xLabel: L("axis_key"), yLabel: this.tight ? undefined : L("weight") });
     P.title.textContent = L("row_softmax_title", { m: v.max_weight, h: v.entropy });
     this.hoverOn(P, chart, (x) => {
       const j = Math.round(((x - chart.box.x) / chart.box.w) * T - 0.5);
@@ -187,7 +204,7 @@ class ScalingView {
       .line(grid, now.map((c) => c.mean_entropy), { color: "#1b7837", dots: true })
       .line(grid, now.map((c) => c.mean_grad_norm), { color: "#762a83", dots: true })
       .vline(v.d_k)
-      .axes({ xTicks: [1, 4, 16, 64, 256, 1024], yTicks: ticks(0, top, 4), xLabel: L("axis_d_k"), grid: true });
+      .axes({ xTicks: this.tight ? [1, 16, 256] : [1, 4, 16, 64, 256, 1024], yTicks: ticks(0, top, this.tight ? 2 : 4), xLabel: L("axis_d_k"), grid: true });
     P.title.textContent = L("saturation_title", { n: v.n_rows });
     this.hoverOn(P, chart, (x) => {
       const n = Math.round(((x - chart.box.x) / chart.box.w) * (grid.length - 1));
