@@ -754,7 +754,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-mathjax", action="store_true", help="do not bundle MathJax (formulas stay as TeX)")
     parser.add_argument("--project", action="store_true",
                         help="also write the project assignment (source/project/): the brief and one task cell per "
-                             "criterion of docs/teaching.md's project rubric, graded by hand")
+                             "criterion of the project rubric (docs/teaching.md; docs/teaching.zh-CN.md for a course "
+                             "built from notebooks/zh), graded by hand")
     parser.add_argument("--export-grades", type=Path, metavar="CSV",
                         help="only write the grades of --out's gradebook, weighted by docs/teaching.md section 2, "
                              "one row per student (for an LMS import), then stop")
