@@ -1,8 +1,11 @@
 """Summative homework (issue 29): variants from a secret seed, the grader's own cases in the teacher's folder,
 released copies without links to the public solutions, the question bank, the roster, the weighted grades and the
-rubrics of the work graded by hand. The whole nbgrader round on a variant (right, typical-wrong, blank and absent
-students, no checksum or score warnings, feedback without a remote script, weighted grades) is the round of
-tests/test_nbgrader.py, whose course is built with a secret."""
+rubrics of the work graded by hand, in both editions. The English course's whole nbgrader round on a variant (right,
+typical-wrong, blank, hostile and absent students, no checksum or score warnings, feedback without a remote script,
+weighted grades) is the round of tests/test_nbgrader.py, whose course is built with a secret. Here, every lesson of
+each edition is built and released once (``released_course``), and the tests that need a whole course share that
+build: the released copies, the weighted export, and the Chinese course's round on lesson 02's variant (right,
+typical-wrong and blank students, the feedback in Chinese)."""
 from __future__ import annotations
 
 import csv
@@ -324,21 +327,115 @@ def _nbgrader(course: Path, *args: str, timeout: float = 1800) -> str:
     return proc.stdout + proc.stderr
 
 
+@pytest.fixture(scope="module")
+def released_course(tmp_path_factory):
+    """``get(edition)``: the course of every lesson of an edition ("" or "zh") with exercises, built with the
+    secret and the project and put through ``nbgrader generate_assignment *``, once per edition for every test of
+    this module that needs it (the build and the release of 15 assignments take minutes on 2 cores)."""
+    built: dict[str, dict] = {}
+
+    def get(edition: str) -> dict:
+        if edition not in built:
+            folder = REPO / "notebooks" / edition
+            lessons = [p for p in sorted(folder.glob("[0-9]*.ipynb")) if find_exercises(nbformat.read(p, as_version=4))]
+            course = tmp_path_factory.mktemp(f"released-{edition or 'en'}")
+            summaries = build_course(lessons, course, secret=SECRET, project=True)
+            log = _nbgrader(course, "generate_assignment", "*")  # every assignment in source/
+            built[edition] = {"course": course, "lessons": lessons, "summaries": {s.name: s for s in summaries},
+                              "log": log}
+        return built[edition]
+
+    return get
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("edition", ["", "zh"])
-def test_released_copies_hold_no_links_to_solutions(tmp_path, edition):
-    folder = REPO / "notebooks" / edition
-    lessons = [p for p in sorted(folder.glob("[0-9]*.ipynb")) if find_exercises(nbformat.read(p, as_version=4))]
-    course = tmp_path / "course"
-    summaries = build_course(lessons, course, secret=SECRET)
-    log = _nbgrader(course, "generate_assignment", "*")  # every assignment in source/
-    for s in summaries:
+def test_released_copies_hold_no_links_to_solutions(released_course, edition):
+    built = released_course(edition)
+    course, summaries = built["course"], built["summaries"]
+    for s in summaries.values():
         release = course / "release" / s.name / f"{s.name}.ipynb"
         text = "\n".join(c.source for c in nbformat.read(release, as_version=4).cells)
         for pattern in LEAK_PATTERNS:
             assert not re.search(pattern, text, re.I), (s.name, pattern)
         assert "BEGIN SOLUTION" not in text and "hidden=True" not in text
-    assert len(summaries) == len(lessons) and "checksum" not in log.lower()
+    assert sorted(summaries) == sorted([p.stem for p in built["lessons"]] + ["project"])
+    assert "checksum" not in built["log"].lower()
+    # nbgrader took the project's task cells and lesson 11's answer cells, with the rubric's points, in both editions
+    from nbgrader.api import Gradebook
+
+    assessment.gradebook_path_ready()
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        project = gb.find_notebook("project", "project")
+        assert sorted(c.max_score for c in project.task_cells) == [3, 3, 4, 5, 5]
+        assert gb.find_assignment("11_interview_questions").max_score == 18.0
+
+
+# The Chinese course's whole round on lesson 02's variant: a right, a typical-wrong and a blank student, as
+# tests/test_nbgrader.py grades the English course (which adds a hostile one, a roster and the exports).
+ZH_ROUND = "02_attention"
+ZH_STUDENTS = ("correct", "typical_wrong", "blank")
+
+
+@pytest.fixture(scope="module")
+def zh_graded(released_course, shakespeare_path):
+    from tests.test_nbgrader import _plan
+
+    built = released_course("zh")
+    course, summary = built["course"], built["summaries"][ZH_ROUND]
+    plan = _plan(REPO / "notebooks" / "zh" / f"{ZH_ROUND}.ipynb", summary)
+    release = course / "release" / ZH_ROUND / f"{ZH_ROUND}.ipynb"
+    for student in ZH_STUDENTS:
+        nb = nbformat.read(release, as_version=4)
+        cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+        for item in plan:
+            if student != "blank":  # blank: handed in as released
+                code = item["solution"] if student == "correct" else item["partly"]
+                cells[item["answer"]].source = cells[item["answer"]].source.rstrip("\n") + "\n\n" + code.rstrip("\n") + "\n"
+        folder = course / "submitted" / student / ZH_ROUND
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{ZH_ROUND}.ipynb")
+    os.environ.setdefault("GPT_LESSON_DATA", str(shakespeare_path))
+    log = _nbgrader(course, "autograde", ZH_ROUND) + _nbgrader(course, "generate_feedback", ZH_ROUND)
+    return {"course": course, "summary": summary, "plan": plan, "log": log}
+
+
+@pytest.mark.slow
+def test_the_chinese_course_grades_a_variant(zh_graded):
+    from nbgrader.api import Gradebook
+
+    course, plan = zh_graded["course"], zh_graded["plan"]
+    assert all(item["label"] and item["partly"] != item["solution"] for item in plan)  # every exercise is varied
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        scores = {s: gb.find_submission(ZH_ROUND, s).score for s in ZH_STUDENTS}
+    assert scores == {"correct": zh_graded["summary"].points, "typical_wrong": 0.0, "blank": 0.0}
+    assert zh_graded["summary"].points == 4
+    log = zh_graded["log"]
+    assert "checksum" not in log.lower() and "has changed" not in log and "cannot be converted" not in log
+
+
+@pytest.mark.slow
+def test_the_chinese_feedback_names_the_bug_in_chinese(zh_graded):
+    import html
+
+    from gpt_lesson.checks.verdicts import say
+    from gpt_lesson.i18n import _, language
+
+    course, plan = zh_graded["course"], zh_graded["plan"]
+    page = lambda student: html.unescape(  # noqa: E731
+        (course / "feedback" / student / ZH_ROUND / f"{ZH_ROUND}.html").read_text(encoding="utf-8"))
+    wrong, blank, right = page("typical_wrong"), page("blank"), page("correct")
+    with language("zh"):
+        for item in plan:  # the classic bug and, on the variant, the lesson's own solution, each by its Chinese name
+            assert f"还没通过（{_(item['label'])}）" in wrong, item["label"]
+            assert f"not yet ({item['label']})" not in wrong
+        attempted = _(checks.NOT_ATTEMPTED)
+    assert attempted in blank and "还没通过" not in right and right.count("：通过") >= 2 * len(plan)
+    # The graded cells' comments are Chinese too (the message catalogue), in every student's feedback.
+    with language("zh"):
+        comment = say(_(nbgrader_course.COURSE_TEXTS["graded_cell"]), number=1, points=2).split("\n")[0]
+    assert comment.startswith("动手练习 1：计分") and all(comment in p for p in (wrong, blank, right))
+    assert "Your turn 1: graded" not in wrong
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -410,6 +507,81 @@ def test_the_project_is_built_from_the_rubric_into_the_teachers_folder_only(tmp_
     assert [s.name for s in plain] == ["02_attention"] and not (tmp_path / "plain" / "source" / "project").exists()
 
 
+# The project's criteria as the two guides name them (docs/teaching.md and docs/teaching.zh-CN.md, section 1).
+PROJECT_CRITERIA_ZH = {"Question and baseline": "问题与基线", "Implementation is correct": "实现正确", "Evidence": "证据",
+                       "Interpretation": "解释", "Communication": "表达"}
+
+
+def _english_words(text: str) -> list[str]:
+    """Runs of three or more English words outside code spans and formulas: English prose left in Chinese text."""
+    text = re.sub(r"`[^`]*`|\$[^$]*\$|\b(?:nbgrader|formgrader|top-p|RMSNorm|GELU|SwiGLU|BPE|CPU|GPT|softmax)\b",
+                  " ", text)
+    return re.findall(r"[A-Za-z]{2,}(?:[ ,]+[A-Za-z]{2,}){2,}", text)
+
+
+def test_the_chinese_course_has_the_chinese_rubrics_with_the_same_criteria_and_points(tmp_path):
+    """Issue 27 item 10: lesson 11's rubric (teacher's copy), the project's brief and task cells and the graders'
+    sheet of a course built from notebooks/zh are Chinese, from docs/teaching.zh-CN.md, with the criteria and
+    points of the English course; the teacher's copy holds the Chinese model answer."""
+    from tests.test_nbgrader import student_version
+
+    en, zh = assessment.rubrics(), assessment.rubrics(assessment.TEACHING["zh"])
+    assert sorted(zh) == sorted(en) == ["Q1", "Q2", "Q3", "project"]
+    for key in en:
+        assert [c["points"] for c in zh[key]] == [c["points"] for c in en[key]], key
+        assert all(nbgrader_course._is_chinese(c["criterion"]) for c in zh[key]), key
+    assert [PROJECT_CRITERIA_ZH[c["criterion"]] for c in en["project"]] == [c["criterion"] for c in zh["project"]]
+    out = tmp_path / "course"
+    summaries = build_course([REPO / "notebooks" / "zh" / "11_interview_questions.ipynb"], out, project=True)
+    english = {s.name: s for s in build_course([REPO / "notebooks" / "11_interview_questions.ipynb"],
+                                               tmp_path / "english", project=True)}
+    for s in summaries:  # the same graded cells, with the same points, as the English course
+        assert [(g.kind, g.points) for g in s.graded] == [(g.kind, g.points) for g in english[s.name].graded]
+        assert s.name == "project" or [g.grade_id for g in s.graded] == [g.grade_id for g in english[s.name].graded]
+    # Lesson 11: each answer cell holds the Chinese model answer and the Chinese rubric, for the graders only.
+    source = nbformat.read(out / "source" / "11_interview_questions" / "11_interview_questions.ipynb", as_version=4)
+    cells = {c.metadata["nbgrader"]["grade_id"]: c for c in source.cells}
+    student = "\n".join(c.source for c in student_version(source).cells)
+    for q in ("Q1", "Q2", "Q3"):
+        teacher = cells[f"{q.lower()}-answer"].source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+        assert f"**批改用评分标准（{sum(c['points'] for c in zh[q])} 分）**" in teacher
+        for c in zh[q]:
+            assert f"- （{c['points']} 分）{c['criterion']}" in teacher and c["criterion"] not in student
+        assert not any(c["criterion"] in teacher for c in en[q])
+        answer = teacher.split("**批改用评分标准")[0]
+        assert nbgrader_course._is_chinese(answer) and len(answer) > 300, answer[:200]  # the model answer, not a note
+        assert not _english_words(answer), _english_words(answer)
+    assert "批改用评分标准" not in student
+    # The project: the brief, the summary and every task cell Chinese, one task cell per criterion with its points.
+    project = nbformat.read(out / "source" / "project" / "project.ipynb", as_version=4)
+    tasks = [c for c in project.cells if c.metadata.get("nbgrader", {}).get("task")]
+    assert [(c.metadata["nbgrader"]["points"], c.source.splitlines()[0]) for c in tasks] == [
+        (c["points"], f"### {c['criterion']}（{c['points']} 分）") for c in zh["project"]]
+    for c, criterion in zip(tasks, zh["project"]):
+        assert all(criterion[level] in c.source for level in ("full", "partial", "none"))
+    for cell in project.cells:
+        assert nbgrader_course._is_chinese(cell.source) and not _english_words(cell.source), cell.source[:200]
+    assert project.cells[0].source.startswith("# 项目：") and "## 如何评分（20 分）" in project.cells[3].source
+    # The graders' sheet.
+    sheet = (out / "grading" / "rubric.md").read_text(encoding="utf-8")
+    assert sheet.startswith("# 人工评分的评分标准") and "## 项目（20 分）" in sheet and "## 第 11 课 Q1（4 分）" in sheet
+    for key in zh:
+        assert all(f"- **{c['points']} 分**：{c['criterion']}" in sheet for c in zh[key])
+        assert not any(c["criterion"] in sheet for c in en[key])
+    assert not _english_words(sheet), _english_words(sheet)
+
+
+def test_a_course_is_in_one_language(tmp_path):
+    with pytest.raises(ValueError, match="a course is in one language.*'en': \\['02_attention.ipynb'\\]"):
+        build_course([REPO / "notebooks" / "02_attention.ipynb", REPO / "notebooks" / "zh" / "03_causal_mask.ipynb"],
+                     tmp_path / "course")
+    assert not (tmp_path / "course").exists()  # refused before anything is written
+    with pytest.raises(ValueError, match="lang must be one of \\['en', 'zh'\\], got 'fr'"):
+        nbgrader_course.project_notebook(assessment.rubrics()["project"], lang="fr")
+    with pytest.raises(ValueError, match="lang must be one of \\['en', 'zh'\\], got 'fr'"):
+        assessment.rubric_markdown(assessment.rubrics(), "fr")
+
+
 def test_the_plans_weights(tmp_path):
     project = assessment.plan_weights(plan="project")
     assert [(p["name"], p["weight"], p["lessons"][:1], p["assignments"]) for p in project["parts"]] == [
@@ -428,34 +600,37 @@ def test_the_plans_weights(tmp_path):
 
 
 @pytest.mark.slow
-def test_grades_export_applies_the_chosen_plan(tmp_path):
+def test_grades_export_applies_the_chosen_plan(released_course, tmp_path):
     """nbgrader takes the project's task cells and lesson 11's rubric cells (generate_assignment fills the
-    gradebook from them); with scores entered as the formgrader stores them, --plan weights the parts."""
+    gradebook from them); with scores entered as the formgrader stores them, --plan weights the parts. The
+    gradebook is a copy of the released English course's (every lesson and the project, built once)."""
+    import shutil
+
     course = tmp_path / "course"
-    lessons = [REPO / "notebooks" / f"{n}.ipynb" for n in ("02_attention", "11_interview_questions")]
-    build_course(lessons, course, project=True)
-    log = _nbgrader(course, "generate_assignment", "*")
-    assert "checksum" not in log.lower()
+    course.mkdir()
+    shutil.copy2(released_course("")["course"] / "gradebook.db", course / "gradebook.db")
     from nbgrader.api import Gradebook
 
     assessment.gradebook_path_ready()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        assert {a.name: a.max_score for a in gb.assignments} == {"02_attention": 4.0, "11_interview_questions": 18.0,
-                                                                "project": 20.0}
+        max_scores = {a.name: a.max_score for a in gb.assignments}
+        assert {n: max_scores[n] for n in ("02_attention", "11_interview_questions", "project")} == {
+            "02_attention": 4.0, "11_interview_questions": 18.0, "project": 20.0}
         assert len(gb.find_notebook("project", "project").task_cells) == 5
         gb.update_or_create_student("ada")
         gb.update_or_create_student("bo")  # hands nothing in
-        scores = {"02_attention": None, "11_interview_questions": {"q1-answer": 4, "q2-answer": 2, "q3-answer": 0},
-                  "project": {"rubric-1-question-and-baseline": 3, "rubric-2-implementation-is-correct": 5,
-                              "rubric-3-evidence": 2, "rubric-4-interpretation": 4, "rubric-5-communication": 1}}
-        for name, manual in scores.items():
+        manual_scores = {"11_interview_questions": {"q1-answer": 4, "q2-answer": 2, "q3-answer": 0},
+                         "project": {"rubric-1-question-and-baseline": 3, "rubric-2-implementation-is-correct": 5,
+                                     "rubric-3-evidence": 2, "rubric-4-interpretation": 4, "rubric-5-communication": 1}}
+        for name in max_scores:  # ada hands in everything
+            manual = manual_scores.get(name, {})
             gb.add_submission(name, "ada")
             for grade in gb.find_submission(name, "ada").notebooks[0].grades:
                 # autograded cells: full marks; graded by hand: the rubric points given above
-                grade.manual_score = grade.max_score if manual is None or grade.name not in manual else \
-                    manual[grade.name]
+                grade.manual_score = manual.get(grade.name, grade.max_score)
             gb.db.commit()
-        assert [gb.find_submission(n, "ada").score for n in scores] == [4.0, 12.0, 15.0]
+        assert [gb.find_submission(n, "ada").score for n in ("02_attention", "11_interview_questions", "project")] == [
+            4.0, 12.0, 15.0]
     rows = {}
     for plan in ("exam", "project"):
         out = tmp_path / f"{plan}.csv"

@@ -235,7 +235,8 @@ def test_build_course_writes_config_sources_and_figures(tmp_path, capsys):
     nbformat.write(nb, nbs / "99_tiny.ipynb")
     nbformat.write(_lesson(), nbs / "98_no_exercise.ipynb")
     out = tmp_path / "course"
-    assert nbgrader_course.main(["--notebooks", str(nbs), "--out", str(out), "--course-id", "ml101"]) == 0
+    # MathJax is bundled (from npm, seconds) in the grading round below; here the folder is built without it
+    assert nbgrader_course.main(["--notebooks", str(nbs), "--out", str(out), "--course-id", "ml101", "--no-mathjax"]) == 0
     printed = capsys.readouterr().out
     assert re.search(r"99_tiny\s+1\s+0\s+2", printed) and "98_no_exercise" not in printed
     config = (out / "nbgrader_config.py").read_text()
@@ -245,6 +246,7 @@ def test_build_course_writes_config_sources_and_figures(tmp_path, capsys):
     assert any("![curve](figures/curve.png)" in c.source for c in source.cells)
     assert (out / "source" / "99_tiny" / "figures" / "curve.png").read_bytes() == b"\x89PNG fake"
     assert sorted(p.name for p in (out / "source").iterdir()) == ["99_tiny"]
+    assert not (out / "mathjax").exists()  # --no-mathjax
 
 
 # ---------------------------------------------------------------------------------------------------

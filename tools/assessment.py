@@ -401,15 +401,22 @@ def plan_weights(teaching: str | Path = REPO_ROOT / "docs" / "teaching.md", plan
     return {"parts": parts, "bonus": bonus}
 
 
-_QUESTION_RUBRIC_RE = re.compile(r"^- (Q\d+) \([^\n]*?\):(.*?)(?=^- |^\n|\Z)", re.S | re.M)
-_CRITERION_RE = re.compile(r"\s*(.+?)\s*\((\d+)\)\s*(?:;|\.?\s*$)", re.S)
+# A question's rubric line, "- Q1 (topic): what earns it (1); ...", in the guide's English or Chinese (full-width
+# parentheses, colon and semicolons: "- Q1（主题）：……（1）；……（1）。").
+_QUESTION_RUBRIC_RE = re.compile(r"^- (Q\d+) ?[(（][^\n]*?[)）][:：](.*?)(?=^- |^\n|\Z)", re.S | re.M)
+_CRITERION_RE = re.compile(r"\s*(.+?)\s*[(（](\d+)[)）]\s*(?:[;；]|[.。]?\s*$)", re.S)
 _PROJECT_ROW_RE = re.compile(r"^\|\s*([^|]+?)\s*\|\s*(\d+)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|\s*$",
                              re.M)
+_PROJECT_TABLE_RE = re.compile(r"^\| (?:Criterion \| Points \| Full \| Partial \| None|评分项 \| 分值 \| 完全达到 \| "
+                               r"部分达到 \| 未达到) \|\n\|[-| ]+\|\n((?:\|.*\n?)+)", re.M)
+# The teacher's guide of each edition: the rubrics of a course in that language come from it.
+TEACHING = {"en": REPO_ROOT / "docs" / "teaching.md", "zh": REPO_ROOT / "docs" / "teaching.zh-CN.md"}
 
 
-def rubrics(teaching: str | Path = REPO_ROOT / "docs" / "teaching.md") -> dict[str, list[dict]]:
-    """The rubrics of the work graded by hand, read from docs/teaching.md: lesson 11's questions (section 2,
-    "Rubric for Q1-Q3": ``{"Q1": [{"criterion", "points"}, ...]}``) and the project (section 1's table:
+def rubrics(teaching: str | Path = TEACHING["en"]) -> dict[str, list[dict]]:
+    """The rubrics of the work graded by hand, read from the teacher's guide (docs/teaching.md, or
+    docs/teaching.zh-CN.md for the Chinese course): lesson 11's questions (section 2, "Rubric for Q1-Q3":
+    ``{"Q1": [{"criterion", "points"}, ...]}``) and the project (section 1's table:
     ``{"project": [{"criterion", "points", "full", "partial", "none"}, ...]}``)."""
     out: dict[str, list[dict]] = {}
     plan = _section(teaching, 2)
@@ -421,7 +428,7 @@ def rubrics(teaching: str | Path = REPO_ROOT / "docs" / "teaching.md") -> dict[s
                              f"got {body[:80]!r}")
         out[question] = criteria
     glance = _section(teaching, 1)
-    m = re.search(r"^\| Criterion \| Points \| Full \| Partial \| None \|\n\|[-| ]+\|\n((?:\|.*\n?)+)", glance, re.M)
+    m = _PROJECT_TABLE_RE.search(glance)
     if m is not None:
         out["project"] = [{"criterion": c, "points": int(p), "full": f, "partial": part, "none": none}
                           for c, p, f, part, none in _PROJECT_ROW_RE.findall(m.group(1))]
@@ -432,19 +439,38 @@ def rubrics(teaching: str | Path = REPO_ROOT / "docs" / "teaching.md") -> dict[s
     return out
 
 
-def rubric_markdown(rubric: dict[str, list[dict]]) -> str:
-    """The graders' sheet (``grading/rubric.md`` of the course folder): each rubric with its points."""
-    lines = ["# Rubrics for grading by hand", "",
-             "From docs/teaching.md (sections 1 and 2). Grade each answer cell (Q1-Q3 of lesson 11) and each of "
-             "the project's task cells in nbgrader's formgrader; a criterion is met in full or not (the project's: "
-             "full, partial or none).", ""]
+_SHEET = {
+    "en": {"title": "# Rubrics for grading by hand",
+           "intro": "From docs/teaching.md (sections 1 and 2). Grade each answer cell (Q1-Q3 of lesson 11) and each of "
+                    "the project's task cells in nbgrader's formgrader; a criterion is met in full or not (the "
+                    "project's: full, partial or none).",
+           "project": "The project", "question": "Lesson 11, {key}", "points": "{title} ({points} points)",
+           "item": "- **{points}**: {criterion}", "levels": ". Full: {full}. Partial: {partial}. None: {none}."},
+    "zh": {"title": "# 人工评分的评分标准",
+           "intro": "出自 docs/teaching.zh-CN.md（第 1 节和第 2 节）。在 nbgrader 的 formgrader 里给每个答案单元格（第 11 课的 "
+                    "Q1–Q3）和项目的每个任务单元格评分；每一条评分项要么完全达到，要么没有达到（项目的评分项分为完全达到、"
+                    "部分达到和未达到）。",
+           "project": "项目", "question": "第 11 课 {key}", "points": "{title}（{points} 分）",
+           "item": "- **{points} 分**：{criterion}", "levels": "。完全达到：{full}。部分达到：{partial}。未达到：{none}。"},
+}
+
+
+def rubric_markdown(rubric: dict[str, list[dict]], lang: str = "en") -> str:
+    """The graders' sheet (``grading/rubric.md`` of the course folder): each rubric with its points, in the
+    course's language (``"en"`` or ``"zh"``)."""
+    if lang not in _SHEET:
+        raise ValueError(f"lang must be one of {sorted(_SHEET)}, got {lang!r}")
+    words = _SHEET[lang]
+    lines = [words["title"], "", words["intro"], ""]
     for key, criteria in rubric.items():
-        title = "The project" if key == "project" else f"Lesson 11, {key}"
-        lines += [f"## {title} ({sum(c['points'] for c in criteria)} points)", ""]
+        title = words["project"] if key == "project" else words["question"].format(key=key)
+        lines += ["## " + words["points"].format(title=title, points=sum(c["points"] for c in criteria)), ""]
         for c in criteria:
-            line = f"- **{c['points']}**: {c['criterion']}"
+            line = words["item"].format(points=c["points"], criterion=c["criterion"])
             if "full" in c:
-                line += f". Full: {c['full']}. Partial: {c['partial']}. None: {c['none']}."
+                line = line.rstrip("。.") + words["levels"].format(full=c["full"].rstrip("。."),
+                                                                  partial=c["partial"].rstrip("。."),
+                                                                  none=c["none"].rstrip("。."))
             lines.append(line)
         lines.append("")
     return "\n".join(lines)

@@ -36,7 +36,11 @@ How a lesson becomes an assignment (the layout of a lesson's exercises: ``tools/
   self-quiz answers) is replaced by a note; prose and demonstrations become locked, read-only cells;
 - an interview question (a ``## Q1 · ...`` heading, lesson 11) gets a manually graded free-text answer
   cell worth ``--points-per-question`` points in place of its model answers (the teacher's version holds
-  the English model answer, for the graders).
+  the model answer in the course's language and the rubric, for the graders).
+
+A course is in the language of its lessons: built from notebooks/zh, its graded cells speak Chinese (the
+message catalogue) and its rubrics, the project's brief and ``grading/rubric.md`` are Chinese, from
+docs/teaching.zh-CN.md.
 
 Also: ``--roster CSV`` adds the students to the gradebook; an ``nbgrader_config.py`` you edited is kept
 (``--overwrite-config`` replaces it); MathJax is bundled in ``mathjax/`` for the feedback pages;
@@ -69,7 +73,8 @@ from tools.exercises import YOUR_TURN_RE, Exercise, cell_text, find_exercises, w
 from tools.slides import _details_blocks, answer_kind, exercise_names, find_notebooks, select_notebooks, strip_solutions
 
 __all__ = ["AssignmentSummary", "assignment_notebook", "build_course", "build_parser", "main", "check_source", "lesson_name",
-           "NBGRADER_CONFIG", "QUESTION_RE", "PROJECT", "project_notebook"]
+           "NBGRADER_CONFIG", "QUESTION_RE", "PROJECT", "PROJECT_TEXTS", "COURSE_WORDS", "RUBRIC_HEADINGS",
+           "project_notebook"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_VERSION = 3
@@ -287,23 +292,30 @@ def _answer_source(stub: str, solution: str) -> str:
     return f"{stub}\n### BEGIN SOLUTION\n{solution}\n### END SOLUTION"
 
 
-def _only_model_answers(markdown: str) -> tuple[bool, str | None]:
-    """(the cell holds nothing but model answers, the English model answer's text)."""
+def _is_chinese(text: str) -> bool:
+    """Mostly Chinese: more CJK characters than Latin letters."""
+    return sum("\u4e00" <= ch <= "\u9fff" for ch in text) > sum(ch.isascii() and ch.isalpha() for ch in text)
+
+
+def _only_model_answers(markdown: str, lang: str = "en") -> tuple[bool, str | None]:
+    """(the cell holds nothing but model answers, the text of the model answer in ``lang``). Lesson 11 gives
+    each answer in both languages in both editions, under titles of the edition's language (tools/slides.py's
+    ``answer_kind``), so the language is read from the answer's text."""
     blocks = _details_blocks(markdown)
     if not blocks:
         return False, None
     rest = markdown
-    english = None
+    found = None
     for start, end in reversed(blocks):
         kind = answer_kind(markdown[start:end])
         if kind not in _MODEL_ANSWER_KINDS:
             return False, None
         body = re.sub(r"^<details\b[^>]*>\s*<summary\b[^>]*>.*?</summary>", "", markdown[start:end], flags=re.S)
         body = re.sub(r"</details\s*>\s*$", "", body).strip()
-        if kind != "参考答案":
-            english = body
+        if _is_chinese(body) == (lang == "zh"):
+            found = body
         rest = rest[:start] + rest[end:]
-    return (not rest.strip()), english
+    return (not rest.strip()), found
 
 
 def _slide_type(cell) -> str:
@@ -368,20 +380,21 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
     starts = {ex.start: ex for ex in exercises if any(variants[ex.number])}
     cells, graded = [], []
     question: str | None = None
-    pending_answer: str | None = None  # the English model answer of the current question
+    pending_answer: str | None = None  # the model answer of the current question, in the course's language
 
     def flush_question(at_end: bool = False) -> None:
         nonlocal question, pending_answer
         if question is None:
             return
         gid = f"{question.lower()}-answer"
-        text = pending_answer or "(The model answer is in the teacher's copy of the lesson.)"
+        words = COURSE_WORDS[lang]
+        text = pending_answer or words["no_model_answer"]
         points = points_per_question
         criteria = (rubric or {}).get(question)
         if criteria:
             points = sum(c["points"] for c in criteria)
-            text += f"\n\n**{RUBRIC_HEADING} ({points} points)**\n\n" + "\n".join(
-                f"- ({c['points']}) {c['criterion']}" for c in criteria)
+            text += "\n\n**" + words["rubric"].format(heading=RUBRIC_HEADINGS[lang], points=points) + "**\n\n" + \
+                "\n".join(words["criterion"].format(**c) for c in criteria)
         cell = new_markdown_cell(_text("free_text", lang, question=question, points=points)
                                  + f"\n\n### BEGIN SOLUTION\n{text}\n### END SOLUTION")
         cells.append(_nbgrader(cell, grade_id=gid, solution=True, grade=True, points=points))
@@ -417,9 +430,9 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
             graded.append(GradedCell(gid, points_per_check, "check", calls, cases, variants[ex.number]))
             continue
         if cell.cell_type == "markdown":
-            only_answers, english = _only_model_answers(text)
+            only_answers, answer = _only_model_answers(text, lang)
             if question is not None and only_answers:
-                pending_answer = pending_answer or english
+                pending_answer = pending_answer or answer
                 continue
             flush_question()
             m = QUESTION_RE.search(text)
@@ -451,6 +464,15 @@ def assignment_notebook(nb, name: str, *, points_per_check: int = 2, points_per_
 
 
 RUBRIC_HEADING = "Rubric, for the graders"
+RUBRIC_HEADINGS = {"en": RUBRIC_HEADING, "zh": "批改用评分标准"}
+# The words the builder writes into a course of each language (the lessons' own text comes from the lesson, the
+# graded cells' from the message catalogue, the rubrics from the teacher's guide of the edition).
+COURSE_WORDS = {
+    "en": {"no_model_answer": "(The model answer is in the teacher's copy of the lesson.)",
+           "rubric": "{heading} ({points} points)", "criterion": "- ({points}) {criterion}"},
+    "zh": {"no_model_answer": "（参考答案在教师版的课程笔记本里。）",
+           "rubric": "{heading}（{points} 分）", "criterion": "- （{points} 分）{criterion}"},
+}
 PROJECT = "project"  # the project assignment's name (docs/teaching.md section 2, plan `project`)
 PROJECT_BRIEF = """# Project: one experiment on the course's GPT
 
@@ -470,30 +492,59 @@ graded*; say before each cell what it shows. You present it in 5 minutes.
 `from gpt_lesson.training import train`, `from gpt_lesson.data import load_tiny_shakespeare, get_batch`."""
 PROJECT_GRADING = ("## How it is graded ({points} points)\n\nBy hand, one cell per criterion below: full, "
                    "partial or no points for each.")
+PROJECT_TEXTS = {
+    "en": {"brief": PROJECT_BRIEF, "grading": PROJECT_GRADING,
+           "summary": "## Summary\n\n(Half a page: your question, the baseline, what you changed, the numbers, what "
+                      "they show and what they do not.)",
+           "code": "# Your experiment: seed everything, print rounded numbers.\n",
+           "task": "### {criterion} ({points} points)\n\n- **Full** ({points}): {full}\n- **Partial**: {partial}\n"
+                   "- **None** (0): {none}"},
+    "zh": {"brief": """# 项目：在课程的 GPT 上做一个实验
+
+从下面选一个小实验（也可以自己提出，在第 3 周获得批准）：
+
+- 加入 top-p 采样或重复惩罚，衡量它给生成的样本带来什么变化；
+- 把层归一化换成 RMSNorm，或把 GELU 换成 SwiGLU，在参数量相同的条件下比较验证损失；
+- 用 BPE 词元（第 13 课）训练第 09 课的模型，比较每字符比特数；
+- 测量键值缓存在不同上下文长度下的加速比；
+- 用一个新实验复现第 11 课的某个论断。
+
+提交这个笔记本。它必须能在全新的内核里从上到下运行，在 2 个 CPU 核上最多用 5 分钟，并在下面的单元格里附半页总结。\
+在总结和“如何评分”之间，需要多少单元格就加多少；每个单元格之前先说明它展示什么。汇报时间为 5 分钟。
+
+`gpt_lesson` 里有各课构建的全部内容：`from gpt_lesson.model import GPT, GPTConfig`、
+`from gpt_lesson.training import train`、`from gpt_lesson.data import load_tiny_shakespeare, get_batch`。""",
+           "grading": "## 如何评分（{points} 分）\n\n人工评分，下面每条评分项一个单元格：每项分为完全达到、部分达到和未达到。",
+           "summary": "## 总结\n\n（半页：你的问题、基线、你改了什么、数值，以及这些数值说明了什么、没有说明什么。）",
+           "code": "# 你的实验：固定所有随机种子，打印保留几位小数的数值。\n",
+           "task": "### {criterion}（{points} 分）\n\n- **完全达到**（{points} 分）：{full}\n- **部分达到**：{partial}\n"
+                   "- **未达到**（0 分）：{none}"},
+}
 
 
-def project_notebook(criteria: list[dict], *, kernelspec: dict | None = None) -> tuple[nbformat.NotebookNode,
-                                                                                      list[GradedCell]]:
+def project_notebook(criteria: list[dict], *, kernelspec: dict | None = None,
+                     lang: str = "en") -> tuple[nbformat.NotebookNode, list[GradedCell]]:
     """The project assignment: the brief, a summary cell and a code cell the student fills (plain cells: the
     student adds more), then one task cell per criterion of the rubric (``assessment.rubrics()["project"]``),
     graded by hand in the formgrader with the criterion's points. Task cells are locked and the same in
-    every version, so the rubric is also what the student reads."""
+    every version, so the rubric is also what the student reads. ``lang``: the course's language (``"en"``,
+    ``"zh"``), with the rubric of that edition's guide."""
+    if lang not in PROJECT_TEXTS:
+        raise ValueError(f"lang must be one of {sorted(PROJECT_TEXTS)}, got {lang!r}")
     if not criteria:
         raise ValueError("the project needs a rubric: docs/teaching.md section 1's table "
                          "'| Criterion | Points | Full | Partial | None |' lists no criterion")
+    words = PROJECT_TEXTS[lang]
     total = sum(c["points"] for c in criteria)
-    cells = [_nbgrader(new_markdown_cell(PROJECT_BRIEF), grade_id="brief", locked=True),
-             new_markdown_cell("## Summary\n\n(Half a page: your question, the baseline, what you changed, the "
-                               "numbers, what they show and what they do not.)"),
-             new_code_cell("# Your experiment: seed everything, print rounded numbers.\n"),
-             _nbgrader(new_markdown_cell(PROJECT_GRADING.format(points=total)), grade_id="grading", locked=True)]
+    cells = [_nbgrader(new_markdown_cell(words["brief"]), grade_id="brief", locked=True),
+             new_markdown_cell(words["summary"]), new_code_cell(words["code"]),
+             _nbgrader(new_markdown_cell(words["grading"].format(points=total)), grade_id="grading", locked=True)]
     graded = []
     for i, c in enumerate(criteria, 1):
-        gid = f"rubric-{i}-" + re.sub(r"[^a-z0-9]+", "-", c["criterion"].lower()).strip("-")
-        text = (f"### {c['criterion']} ({c['points']} points)\n\n- **Full** ({c['points']}): {c['full']}\n"
-                f"- **Partial**: {c['partial']}\n- **None** (0): {c['none']}")
+        slug = re.sub(r"[^a-z0-9]+", "-", c["criterion"].lower()).strip("-")
+        gid = f"rubric-{i}-{slug}" if slug and lang == "en" else f"rubric-{i}"
         # nbgrader's task cell: locked, not a grade cell of its own ("grade": False), with points
-        cell = _nbgrader(new_markdown_cell(text), grade_id=gid, locked=True, points=c["points"])
+        cell = _nbgrader(new_markdown_cell(words["task"].format(**c)), grade_id=gid, locked=True, points=c["points"])
         cell.metadata["nbgrader"]["task"] = True
         cells.append(cell)
         graded.append(GradedCell(gid, c["points"], "free text"))
@@ -582,11 +633,11 @@ def add_roster(out: Path, students: list[dict]) -> int:
 def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str = "gpt-lesson",
                  points_per_check: int = 2, points_per_question: int = 4, secret: bytes | None = None,
                  overwrite_config: bool = False, questions: int = 4, project: bool = False,
-                 teaching: Path = REPO_ROOT / "docs" / "teaching.md",
-                 notes: list[str] | None = None) -> list[AssignmentSummary]:
+                 teaching: Path | None = None, notes: list[str] | None = None) -> list[AssignmentSummary]:
     """Write ``out_dir/nbgrader_config.py`` and ``out_dir/source/<lesson>/<lesson>.ipynb`` for each lesson
     that has exercises, ``out_dir/grading/cases.json`` (the grader's own cases) and ``grading/rubric.md`` (the
-    rubrics of the work graded by hand, from ``teaching``). With the teacher's ``secret``: the variants
+    rubrics of the work graded by hand, from ``teaching``: by default the teacher's guide of the course's language,
+    docs/teaching.md or docs/teaching.zh-CN.md). With the teacher's ``secret``: the variants
     (``grading/variants.json``, for the teacher) and the question bank (``question_bank/``). With ``project``:
     the project assignment (``source/project/``, its rubric as task cells graded by hand). Returns what each
     assignment grades; ``notes`` gets what the teacher should know."""
@@ -597,6 +648,14 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
     names = {path: lesson_name(path) for path in notebooks}  # every name is checked before anything is written
     if project and PROJECT in names.values():
         raise ValueError(f"a lesson named {PROJECT!r} would replace the project assignment: rename it")
+    read = {path: nbformat.read(path, as_version=4) for path in notebooks}
+    langs = {path: _lesson_language(nb) for path, nb in read.items() if find_exercises(nb)}
+    if len(set(langs.values())) > 1:
+        by_lang = {lang: sorted(p.name for p, lg in langs.items() if lg == lang) for lang in set(langs.values())}
+        raise ValueError(f"a course is in one language, but these lessons are in several: {by_lang}; build the "
+                         "English course from notebooks/ and the Chinese one from notebooks/zh, into two folders")
+    lang = next(iter(langs.values()), "en")
+    teaching = Path(teaching) if teaching is not None else assessment.TEACHING[lang]
     rubric = assessment.rubrics(teaching)
     summaries = []
 
@@ -613,7 +672,7 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
 
     kernelspec = None
     for path in notebooks:
-        nb = nbformat.read(path, as_version=4)
+        nb = read[path]
         kernelspec = kernelspec or nb.metadata.get("kernelspec")
         if not find_exercises(nb):
             continue
@@ -639,7 +698,7 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
     if not summaries:
         raise ValueError("none of the notebooks has an exercise (a '### Your turn N: ...' section)")
     if project:
-        source, graded = project_notebook(rubric.get(PROJECT, []), kernelspec=kernelspec)
+        source, graded = project_notebook(rubric.get(PROJECT, []), kernelspec=kernelspec, lang=lang)
         dest = fresh_folder(PROJECT) / f"{PROJECT}.ipynb"
         nbformat.write(source, dest)
         summaries.append(AssignmentSummary(PROJECT, dest, graded, []))
@@ -650,7 +709,7 @@ def build_course(notebooks: list[Path], out_dir: str | Path, *, course_id: str =
     for summary in summaries:
         cases[summary.name] = {k: v for g in summary.graded for k, v in g.cases.items()}
     cases_file.write_text(json.dumps(cases, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    (grading / "rubric.md").write_text(assessment.rubric_markdown(rubric), encoding="utf-8")
+    (grading / "rubric.md").write_text(assessment.rubric_markdown(rubric, lang), encoding="utf-8")
     if secret is not None:
         table = {s.name: {g.grade_id: [None if v is None else {"check": v.check, **v.kwargs, **v.rules,
                                                                   "grading": v.grading}
@@ -695,7 +754,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-mathjax", action="store_true", help="do not bundle MathJax (formulas stay as TeX)")
     parser.add_argument("--project", action="store_true",
                         help="also write the project assignment (source/project/): the brief and one task cell per "
-                             "criterion of docs/teaching.md's project rubric, graded by hand")
+                             "criterion of the project rubric (docs/teaching.md; docs/teaching.zh-CN.md for a course "
+                             "built from notebooks/zh), graded by hand")
     parser.add_argument("--export-grades", type=Path, metavar="CSV",
                         help="only write the grades of --out's gradebook, weighted by docs/teaching.md section 2, "
                              "one row per student (for an LMS import), then stop")
