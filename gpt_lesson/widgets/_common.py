@@ -30,7 +30,7 @@ from matplotlib.text import Text
 from matplotlib.transforms import offset_copy
 
 from ..checkpoints import write_bytes_atomically
-from ..i18n import language
+from ..i18n import get_language, use_figure_fonts
 from ..runtime import one_thread
 from ..validation import check_choice, check_path
 from .html_view import html_view
@@ -183,14 +183,14 @@ class Painter:
     def draw(self, view: dict, fig: Figure | None = None) -> Figure:
         """Paint ``view`` into ``fig`` (cleared) or a new pyplot figure: the static picture.
 
-        The static pictures are always labelled in English, whatever :func:`gpt_lesson.set_language`
-        says: matplotlib's default font has no Chinese glyphs, and a figure must never show empty
-        boxes on a machine without a CJK font. The live explorer in the page uses the chosen language.
+        The picture is labelled in the language :func:`gpt_lesson.set_language` chose, as the live
+        explorer is; Chinese text is drawn with the font the package ships (see :mod:`gpt_lesson.i18n`),
+        so no machine shows empty boxes for want of a system CJK font.
         """
-        with language("en"):
-            fig = new_figure(self.figsize, fig)
-            self.build(fig, view)
-            self.update(view)
+        use_figure_fonts(get_language())
+        fig = new_figure(self.figsize, fig)
+        self.build(fig, view)
+        self.update(view)
         return fig
 
 
