@@ -148,6 +148,18 @@ def test_the_library_plots_are_chinese_and_miss_no_glyph():
     assert missing_glyphs(axes[0].figure) == []
 
 
+def test_chinese_titles_wrap_by_display_width_and_english_ones_as_before():
+    import textwrap
+
+    from gpt_lesson.widgets._common import wrap_label
+
+    english = "spread of a row's scores (std): q·k 1.23 → × 0.354 → 0.44; then the mask (−∞)"
+    assert wrap_label(english, 30) == textwrap.wrap(english, 30)
+    lines = wrap_label("饱和（200 个查询的平均）：接近 one-hot 的 softmax 几乎传不回梯度", 50)
+    assert lines == ["饱和（200 个查询的平均）：接近 one-hot 的 softmax", "几乎传不回梯度"]  # 48 columns, then the rest
+    assert all(sum(2 if "\u4e00" <= c <= "\u9fff" or c in "（）：" else 1 for c in line) <= 50 for line in lines)
+
+
 def test_english_figures_keep_their_english_labels_and_font():
     set_language("zh")
     set_language("en")

@@ -14,6 +14,8 @@ import base64
 import io
 import json
 import os
+import textwrap
+import unicodedata
 import zlib
 from collections.abc import Sequence
 from functools import cache
@@ -37,7 +39,7 @@ from .html_view import html_view
 from .labels import labels_for
 
 __all__ = ["ExplorerWidget", "Painter", "new_figure", "row_entropy", "dynamic_title", "one_thread", "esm", "esm_data",
-           "esm_source", "CSS", "pack_tensor", "unpack_tensor", "embedded_state", "thin_tick_labels"]
+           "esm_source", "CSS", "pack_tensor", "unpack_tensor", "embedded_state", "thin_tick_labels", "wrap_label"]
 
 PNG_DPI = 80
 STATIC = Path(__file__).with_name("static")
@@ -162,6 +164,32 @@ def thin_tick_labels(ax, every: int) -> None:
     for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
         for n, t in enumerate(labels):
             t.set_visible(n % every == 0)
+
+
+def _columns(text: str) -> int:
+    """Display width: a Chinese character (East Asian wide or fullwidth) takes two columns, as two letters."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def wrap_label(text: str, width: int) -> list[str]:
+    """The lines of ``text`` at most ``width`` columns wide: :func:`textwrap.wrap` for text of narrow
+    characters (English, unchanged), and for Chinese a break between any two characters, a Chinese
+    character counting two columns (Chinese has no spaces to break at)."""
+    if _columns(text) == len(text):
+        return textwrap.wrap(text, width)
+    lines, line = [], ""
+    for c in text:
+        if line and _columns(line + c) > width:
+            if c == " " or _columns(c) == 2:
+                cut = len(line)
+            else:  # do not cut a Latin word or a number: break after the last space or wide character
+                cut = max((i + 1 for i, ch in enumerate(line) if ch == " " or _columns(ch) == 2), default=len(line))
+            lines.append(line[:cut].rstrip())
+            line = line[cut:].lstrip()
+        line += c
+    if line.strip():
+        lines.append(line.strip())
+    return lines
 
 
 def row_entropy(weights: torch.Tensor) -> torch.Tensor:
