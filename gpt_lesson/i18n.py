@@ -17,6 +17,14 @@ locale name of one, in any case: ``zh``, ``zh_CN``, ``zh-CN``, ``zh_CN.UTF-8``, 
 ``en_US.UTF-8`` (only the language part decides, as gettext falls back from ``zh_TW`` to ``zh``).
 A value of ``GPT_LESSON_LANG`` that names no language of the course gives a warning that names the
 variable, the value and the accepted forms, and the course speaks English.
+
+Figures follow the language too. matplotlib's default font, DejaVu Sans, has no Chinese glyphs, so
+the package ships a subset of Noto Sans SC (``fonts/``, SIL Open Font License, built by
+``tools/cjk_font.py``). Choosing Chinese registers it with matplotlib and appends its family to
+``rcParams["font.family"]``: DejaVu Sans still draws every Latin letter, digit and formula, and
+matplotlib's per-glyph fallback takes each Chinese character from the bundled font, whatever fonts
+the machine has. Choosing English again restores ``font.family``, so English figures are drawn as
+they always were.
 """
 from __future__ import annotations
 
@@ -32,16 +40,21 @@ from pathlib import Path
 
 from .validation import check_instance, check_int
 
-__all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "set_language", "get_language", "language",
-           "normalize_language", "catalogue_path", "translations", "_", "N_", "C_", "display_width", "ljust"]
+__all__ = ["LANGUAGES", "LANG_ENV", "DOMAIN", "LOCALE_DIR", "CJK_FONT", "CJK_FAMILY", "set_language", "get_language",
+           "language", "normalize_language", "catalogue_path", "translations", "use_figure_fonts", "_", "N_", "C_",
+           "display_width", "ljust"]
 
 LANGUAGES = ("en", "zh")
 LANG_ENV = "GPT_LESSON_LANG"
 DOMAIN = "gpt_lesson"
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+CJK_FONT = Path(__file__).resolve().parent / "fonts" / "NotoSansSC-Subset.ttf"
+CJK_FAMILY = "Noto Sans SC Subset"  # the family name inside CJK_FONT (tools/cjk_font.py: FAMILY)
 
 _state: dict[str, object] = {"language": "en"}
 _cache: dict[str, gettext.NullTranslations] = {}
+# What use_figure_fonts changed: the font.family it replaced and the one it set (None: nothing to undo).
+_fonts: dict[str, object] = {"registered": False, "replaced": None, "set": None}
 # language[_Script][_REGION][.encoding][@modifier], "-" or "_" between the parts (BCP 47 or POSIX)
 _LOCALE_RE = re.compile(r"([A-Za-z]{2,3})(?:[-_][A-Za-z0-9]{1,8})*(?:\.[A-Za-z0-9_-]+)?(?:@[A-Za-z0-9_-]+)?")
 _ACCEPTED = "a language code or a locale name of one (zh, zh_CN, zh-CN, zh_CN.UTF-8, zh_Hans, en_US, EN)"
@@ -89,6 +102,38 @@ def set_language(language: str) -> None:
     language = normalize_language(language)
     translations(language)  # fails early on a missing catalogue
     _state["language"] = language
+    use_figure_fonts(language)
+
+
+def use_figure_fonts(language: str) -> None:
+    """Make matplotlib able to draw ``language``: for "zh", register the bundled Chinese font and append
+    its family to ``rcParams["font.family"]`` (DejaVu Sans stays first, for Latin text and numbers);
+    for "en", put back the ``font.family`` that "zh" replaced, if nobody changed it since.
+
+    :func:`set_language` calls this; English never imports matplotlib for it.
+    """
+    language = normalize_language(language)
+    if language == "en" and _fonts["set"] is None:
+        return
+    import matplotlib
+    from matplotlib import font_manager
+
+    rc = matplotlib.rcParams
+    if language == "zh":
+        if not _fonts["registered"]:
+            if not CJK_FONT.is_file():
+                raise FileNotFoundError(f"the Chinese figure font is missing at {CJK_FONT}: reinstall gpt_lesson "
+                                        "or rebuild it with `python -m tools.cjk_font build`")
+            font_manager.fontManager.addfont(str(CJK_FONT))
+            _fonts["registered"] = True
+        family = list(rc["font.family"])
+        if CJK_FAMILY not in family:
+            _fonts["replaced"], _fonts["set"] = family, [*family, CJK_FAMILY]
+            rc["font.family"] = _fonts["set"]
+    else:
+        if list(rc["font.family"]) == _fonts["set"]:
+            rc["font.family"] = _fonts["replaced"]
+        _fonts["replaced"] = _fonts["set"] = None
 
 
 def get_language() -> str:
@@ -104,6 +149,7 @@ def language(lang: str) -> Iterator[None]:
         yield
     finally:
         _state["language"] = previous
+        use_figure_fonts(previous)
 
 
 def N_(message: str) -> str:
@@ -158,3 +204,4 @@ def _language_from_environment(environ: dict[str, str] | os._Environ = os.enviro
 
 
 _state["language"] = _language_from_environment()
+use_figure_fonts(str(_state["language"]))

@@ -9,6 +9,8 @@ import torch
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import Patch, Rectangle
 
+from .i18n import _
+
 __all__ = ["token_labels", "plot_attention", "shade_masked", "plot_loss_curves"]
 
 
@@ -24,8 +26,10 @@ def token_labels(tokens: Sequence[str]) -> list[str]:
     return [f"{shown.get(t, t)}" for t in tokens]
 
 
-def shade_masked(ax: plt.Axes, mask: torch.Tensor | np.ndarray, label: str = "masked (future)") -> None:
-    """Cover the cells where ``mask == 0`` with a grey hatched patch and add a legend entry."""
+def shade_masked(ax: plt.Axes, mask: torch.Tensor | np.ndarray, label: str | None = None) -> None:
+    """Cover the cells where ``mask == 0`` with a grey hatched patch and add a legend entry (``label``,
+    by default "masked (future)" in the current language)."""
+    label = _("masked (future)") if label is None else label
     m = _as_numpy(mask) == 0
     rects = []
     for i, row in enumerate(m):
@@ -65,7 +69,7 @@ def plot_attention(
     if data.ndim != 2:
         raise ValueError(f"plot_attention takes a 2-D (T_q, T_k) matrix, got shape {data.shape}")
     if ax is None:
-        _, ax = plt.subplots(figsize=(4.5, 4))
+        _fig, ax = plt.subplots(figsize=(4.5, 4))
     finite = data[np.isfinite(data)]
     if signed is None:
         signed = bool(finite.size and (finite.min() < 0 or finite.max() > 1))
@@ -91,30 +95,31 @@ def plot_attention(
                 if np.isfinite(data[i, j]) and (mask is None or _as_numpy(mask)[i, j] != 0):
                     ax.text(j, i, f"{data[i, j]:.2f}", ha="center", va="center", fontsize=7,
                             color="white" if (not signed and data[i, j] < 0.5) else "black")
-    ax.set_xlabel("key (attended-to position)")
-    ax.set_ylabel("query (attending position)")
+    ax.set_xlabel(_("key (attended-to position)"))
+    ax.set_ylabel(_("query (attending position)"))
     if title:
         ax.set_title(title, fontsize=10)
     if colorbar:
-        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="score" if signed else "weight")
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=_("score") if signed else _("weight"))
     return ax
 
 
-def plot_loss_curves(history, ax: plt.Axes | None = None, title: str = "Training and validation loss") -> plt.Axes:
-    """Per-step training loss (faint) and the periodic train/val estimates (lines with markers).
+def plot_loss_curves(history, ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+    """Per-step training loss (faint) and the periodic train/val estimates (lines with markers), titled
+    ``title`` (by default "Training and validation loss" in the current language).
 
     ``history`` is a :class:`gpt_lesson.training.History` or its ``to_dict()``.
     """
     h = history if isinstance(history, dict) else history.to_dict()
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5))
+        _fig, ax = plt.subplots(figsize=(6, 3.5))
     if h.get("loss"):
-        ax.plot(h["step"], h["loss"], color="0.75", linewidth=0.8, label="train (per step)")
-    ax.plot(h["eval_step"], h["train"], "o-", color="tab:blue", markersize=3, label="train (estimate)")
-    ax.plot(h["eval_step"], h["val"], "s-", color="tab:orange", markersize=3, label="validation (estimate)")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("cross-entropy loss (nats)")
-    ax.set_title(title)
+        ax.plot(h["step"], h["loss"], color="0.75", linewidth=0.8, label=_("train (per step)"))
+    ax.plot(h["eval_step"], h["train"], "o-", color="tab:blue", markersize=3, label=_("train (estimate)"))
+    ax.plot(h["eval_step"], h["val"], "s-", color="tab:orange", markersize=3, label=_("validation (estimate)"))
+    ax.set_xlabel(_("optimizer step"))
+    ax.set_ylabel(_("cross-entropy loss (nats)"))
+    ax.set_title(_("Training and validation loss") if title is None else title)
     ax.grid(alpha=0.3)
     ax.legend()
     return ax

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from matplotlib.patches import Patch, Rectangle
 
+from ..i18n import _
 from .paged_cache import CacheSnapshot, PagedKVCache
 from .scheduler import Finished
 
@@ -60,7 +61,7 @@ def plot_block_tables(cache: PagedKVCache | CacheSnapshot, names: Mapping[Hashab
 
         longest = max((len(t) for t in snap.tables.values()), default=1)
         width = max(6.0, 0.62 * max(snap.num_blocks, longest) + 1.5)
-        _, axes = plt.subplots(2, 1, figsize=(width, 1.2 + 0.45 * (len(seqs) + 2)),
+        _fig, axes = plt.subplots(2, 1, figsize=(width, 1.2 + 0.45 * (len(seqs) + 2)),
                                gridspec_kw={"height_ratios": [max(len(seqs), 1), 1.4]})
     top, bottom = axes
     colours = {s: _colour(i) for i, s in enumerate(seqs)}
@@ -76,8 +77,9 @@ def plot_block_tables(cache: PagedKVCache | CacheSnapshot, names: Mapping[Hashab
     top.set_ylim(-0.3, max(len(seqs), 1))
     top.set_xticks([i * 1.15 + 0.5 for i in range(longest)], [str(i) for i in range(longest)])
     top.set_yticks([])
-    top.set_xlabel("logical block of the sequence (→ the physical block its block table names)")
-    top.set_title(title or f"block tables ({tpb} positions per block; sequence name (positions held))", fontsize=10)
+    top.set_xlabel(_("logical block of the sequence (→ the physical block its block table names)"))
+    top.set_title(title or _("block tables ({tpb} positions per block; sequence name (positions held))").format(tpb=tpb),
+                  fontsize=10)
     for side in ("top", "right", "left"):
         top.spines[side].set_visible(False)
 
@@ -93,16 +95,18 @@ def plot_block_tables(cache: PagedKVCache | CacheSnapshot, names: Mapping[Hashab
     bottom.set_ylim(-0.1, 0.9)
     bottom.set_xticks([b * 1.15 + 0.5 for b in range(snap.num_blocks)], [str(b) for b in range(snap.num_blocks)])
     bottom.set_yticks([])
-    bottom.set_xlabel("physical block of the pool")
+    bottom.set_xlabel(_("physical block of the pool"))
     used, held = sum(snap.lengths.values()), tpb * len(owner)
     free = len(snap.free_blocks)
-    bottom.set_title(f"the pool: {len(owner)} of {snap.num_blocks} blocks held, {used} of {held} held positions "
-                     f"used, {free} block{'' if free == 1 else 's'} free", fontsize=10)
+    pool = (_("the pool: {n} of {total} blocks held, {used} of {held} held positions used, {free} block free")
+            if free == 1 else
+            _("the pool: {n} of {total} blocks held, {used} of {held} held positions used, {free} blocks free"))
+    bottom.set_title(pool.format(n=len(owner), total=snap.num_blocks, used=used, held=held, free=free), fontsize=10)
     for side in ("top", "right", "left"):
         bottom.spines[side].set_visible(False)
-    bottom.figure.legend(handles=[Patch(facecolor="0.5", label="key and value stored"),
-                                  Patch(facecolor="white", edgecolor="0.5", hatch="///", label="held, still empty"),
-                                  Patch(facecolor=_FREE, edgecolor=_EDGE, label="free block")],
+    bottom.figure.legend(handles=[Patch(facecolor="0.5", label=_("key and value stored")),
+                                  Patch(facecolor="white", edgecolor="0.5", hatch="///", label=_("held, still empty")),
+                                  Patch(facecolor=_FREE, edgecolor=_EDGE, label=_("free block"))],
                          loc="lower center", ncol=3, fontsize=8, frameon=False)
     bottom.figure.tight_layout(rect=(0, 0.07, 1, 1))
     return list(axes)
@@ -114,7 +118,7 @@ def plot_timeline(finished: Mapping[Hashable, Finished], ax: plt.Axes | None = N
     if ax is None:
         import matplotlib.pyplot as plt
 
-        _, ax = plt.subplots(figsize=(7, 0.3 * len(finished) + 1.2))
+        _fig, ax = plt.subplots(figsize=(7, 0.3 * len(finished) + 1.2))
     done = sorted(finished.values(), key=lambda f: (f.request.arrival, str(f.request.request_id)))
     for row, f in enumerate(done):
         y = len(done) - 1 - row
@@ -122,9 +126,9 @@ def plot_timeline(finished: Mapping[Hashable, Finished], ax: plt.Axes | None = N
             ax.barh(y, f.waited_steps, left=f.request.arrival, color="#56B4E9", alpha=0.35, height=0.7)
         ax.barh(y, f.finished_step - f.admitted_step + 1, left=f.admitted_step, color="#0072B2", height=0.7)
     ax.set_yticks(range(len(done)), [str(f.request.request_id) for f in reversed(done)], fontsize=8)
-    ax.set_xlabel("step (one forward of the model)")
-    ax.set_ylabel("request")
-    ax.set_title(title or "requests over time", fontsize=10)
-    ax.legend(handles=[Patch(color="#56B4E9", alpha=0.35, label="waiting"), Patch(color="#0072B2", label="running")],
+    ax.set_xlabel(_("step (one forward of the model)"))
+    ax.set_ylabel(_("request"))
+    ax.set_title(title or _("requests over time"), fontsize=10)
+    ax.legend(handles=[Patch(color="#56B4E9", alpha=0.35, label=_("waiting")), Patch(color="#0072B2", label=_("running"))],
               loc="upper right", fontsize=8)  # early requests end early: the top right stays empty
     return ax

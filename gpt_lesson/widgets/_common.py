@@ -14,6 +14,8 @@ import base64
 import io
 import json
 import os
+import textwrap
+import unicodedata
 import zlib
 from collections.abc import Sequence
 from functools import cache
@@ -30,14 +32,14 @@ from matplotlib.text import Text
 from matplotlib.transforms import offset_copy
 
 from ..checkpoints import write_bytes_atomically
-from ..i18n import language
+from ..i18n import get_language, use_figure_fonts
 from ..runtime import one_thread
 from ..validation import check_choice, check_path
 from .html_view import html_view
 from .labels import labels_for
 
 __all__ = ["ExplorerWidget", "Painter", "new_figure", "row_entropy", "dynamic_title", "one_thread", "esm", "esm_data",
-           "esm_source", "CSS", "pack_tensor", "unpack_tensor", "embedded_state", "thin_tick_labels"]
+           "esm_source", "CSS", "pack_tensor", "unpack_tensor", "embedded_state", "thin_tick_labels", "wrap_label"]
 
 PNG_DPI = 80
 STATIC = Path(__file__).with_name("static")
@@ -164,6 +166,32 @@ def thin_tick_labels(ax, every: int) -> None:
             t.set_visible(n % every == 0)
 
 
+def _columns(text: str) -> int:
+    """Display width: a Chinese character (East Asian wide or fullwidth) takes two columns, as two letters."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def wrap_label(text: str, width: int) -> list[str]:
+    """The lines of ``text`` at most ``width`` columns wide: :func:`textwrap.wrap` for text of narrow
+    characters (English, unchanged), and for Chinese a break between any two characters, a Chinese
+    character counting two columns (Chinese has no spaces to break at)."""
+    if _columns(text) == len(text):
+        return textwrap.wrap(text, width)
+    lines, line = [], ""
+    for c in text:
+        if line and _columns(line + c) > width:
+            if c == " " or _columns(c) == 2:
+                cut = len(line)
+            else:  # do not cut a Latin word or a number: break after the last space or wide character
+                cut = max((i + 1 for i, ch in enumerate(line) if ch == " " or _columns(ch) == 2), default=len(line))
+            lines.append(line[:cut].rstrip())
+            line = line[cut:].lstrip()
+        line += c
+    if line.strip():
+        lines.append(line.strip())
+    return lines
+
+
 def row_entropy(weights: torch.Tensor) -> torch.Tensor:
     """Entropy in nats of each row of a probability matrix (0 log 0 counts as 0)."""
     return -torch.special.xlogy(weights, weights).sum(-1)
@@ -183,14 +211,14 @@ class Painter:
     def draw(self, view: dict, fig: Figure | None = None) -> Figure:
         """Paint ``view`` into ``fig`` (cleared) or a new pyplot figure: the static picture.
 
-        The static pictures are always labelled in English, whatever :func:`gpt_lesson.set_language`
-        says: matplotlib's default font has no Chinese glyphs, and a figure must never show empty
-        boxes on a machine without a CJK font. The live explorer in the page uses the chosen language.
+        The picture is labelled in the language :func:`gpt_lesson.set_language` chose, as the live
+        explorer is; Chinese text is drawn with the font the package ships (see :mod:`gpt_lesson.i18n`),
+        so no machine shows empty boxes for want of a system CJK font.
         """
-        with language("en"):
-            fig = new_figure(self.figsize, fig)
-            self.build(fig, view)
-            self.update(view)
+        use_figure_fonts(get_language())
+        fig = new_figure(self.figsize, fig)
+        self.build(fig, view)
+        self.update(view)
         return fig
 
 

@@ -8,7 +8,6 @@ step-through of one (query, key) cell. :class:`AttentionPainter` draws the same 
 from __future__ import annotations
 
 import math
-import textwrap
 from collections import OrderedDict
 
 import anywidget
@@ -22,7 +21,7 @@ from matplotlib.patches import Rectangle
 from ..model import GPT
 from ..validation import check_choice
 from ..viz import plot_attention, token_labels
-from ._common import CSS, ExplorerWidget, Painter, dynamic_title, esm, one_thread, thin_tick_labels
+from ._common import CSS, ExplorerWidget, Painter, dynamic_title, esm, one_thread, thin_tick_labels, wrap_label
 from .attention_data import (
     DEFAULT_TEXT,
     STAGES,
@@ -110,7 +109,7 @@ class AttentionPainter(Painter):
         if view["cell"] is None:
             hint = fig.add_subplot(gs[:, 1])
             hint.axis("off")
-            hint.text(0.0, 0.5, "\n".join(textwrap.wrap(label("attention", "hint_pick_query"), 46)),
+            hint.text(0.0, 0.5, "\n".join(wrap_label(label("attention", "hint_pick_query"), 46)),
                       fontsize=10, va="center", color="0.3")
             return
         # marks that do not rely on hue: a thick black box with a white line inside, around the row and the cell
@@ -230,7 +229,7 @@ class AttentionPainter(Painter):
                        n=cell["n_visible"], w=cell["weight"]) if cell["visible"]
                  else label("attention", "chain_masked", scale=view["scale"], scaled=cell["scaled"]))
         self.qk_title.set_text(label("attention", "dot_title", i=i, j=j, n=len(prods), dot=cell["dot"]) + "\n"
-                               + "\n".join(textwrap.wrap(chain, 70)))
+                               + "\n".join(wrap_label(chain, 70)))
         out, share = cell["output"].tolist(), cell["contribution"].tolist()
         for bar, o in zip(self.out_bars, out):
             bar.set_height(o)

@@ -11,7 +11,6 @@ formats the read-outs and draws.
 from __future__ import annotations
 
 import math
-import textwrap
 
 import numpy as np
 import torch
@@ -21,7 +20,7 @@ from matplotlib.figure import Figure
 from ..attention import attention_scores, attention_weights
 from ..experiments import SCALINGS, scale_factor, softmax_stats
 from ..validation import check_choice, check_positive_int
-from ._common import CSS, ExplorerWidget, Painter, dynamic_title, esm, one_thread, pack_tensor, row_entropy
+from ._common import CSS, ExplorerWidget, Painter, dynamic_title, esm, one_thread, pack_tensor, row_entropy, wrap_label
 from .labels import label
 
 __all__ = ["SCALINGS", "D_K_GRID", "TAUS", "ScalingData", "scaling_view_data", "ScalingPainter", "draw_scaling_view",
@@ -231,7 +230,7 @@ class ScalingPainter(Painter):
         self.d_k_line = ax_e.axvline(1, color="black", linewidth=1.5, linestyle="--")
         ax_e.set_ylim(0, 1.1 * math.log(view["T"]))
         ax_e.set_xlabel(L("axis_d_k"))
-        ax_e.set_title("\n".join(textwrap.wrap(L("saturation_title", n=view["n_rows"]), 50)), fontsize=10)
+        ax_e.set_title("\n".join(wrap_label(L("saturation_title", n=view["n_rows"]), 50)), fontsize=10)
         ax_e.grid(alpha=0.3)
         ax_e.legend(fontsize=7, ncol=3, loc="lower left", bbox_to_anchor=(0.0, -0.42), frameon=False)
 
