@@ -197,9 +197,15 @@ def run_side(page, lab, name: str, new: bool, rounds: int) -> dict:
                 timed("attention: query (click a cell)", lambda x=x, y=y: page.mouse.click(x, y))
                 for k in range(3):
                     timed("attention: hover a cell", lambda x=x, y=y, k=k: page.mouse.move(x + 7 * (k + 1), y - 7 * k))
-                for p in (q // 3, q // 2, q):  # the text strip above the heatmap: hovering a character previews its row
-                    timed("attention: text strip hover", lambda p=p: page.locator(
-                        f"{att} [data-part=strip] [data-pos='{p}']").hover())
+                # the text strip above the heatmap: hovering a character previews its row. The mouse moves onto
+                # the character as onto a cell above (its box is read first): Playwright's hover() first waits
+                # for two animation frames (its "stable" check), so its move arrived ~3 ms into a frame and
+                # waited 10-16 ms for the next one before Chromium dispatched it (mousemove is frame-aligned);
+                # the same handler measured 19.6 ms median that way and 10.8 ms this way, in one run.
+                for p in (q // 3, q // 2, q):
+                    c = page.locator(f"{att} [data-part=strip] [data-pos='{p}']").bounding_box()
+                    timed("attention: text strip hover", lambda c=c: page.mouse.move(c["x"] + c["width"] / 2,
+                                                                                   c["y"] + c["height"] / 2))
             else:
                 timed("attention: query (dropdown)", lambda q=q: page.locator(f"{att} select").nth(2).select_option(
                     value=None, index=q + 1))

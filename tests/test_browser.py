@@ -101,6 +101,17 @@ PIXELS_DIFFER = """([a, b]) => {
   for (let i = 0; i < x.length; i += 4) if (x[i] !== y[i] || x[i + 1] !== y[i + 1] || x[i + 2] !== y[i + 2]) n++;
   return n;
 }"""
+# How many pictures a canvas has been given so far (drawImage calls on its 2D context, counted from the
+# first call of this function on it): a part that did not change is not drawn again.
+CANVAS_DRAWS = """(selector) => {
+  const ctx = document.querySelector(selector).getContext("2d");
+  if (ctx.__draws === undefined) {
+    ctx.__draws = 0;
+    const draw = ctx.drawImage;
+    ctx.drawImage = function (...args) { ctx.__draws += 1; return draw.apply(this, args); };
+  }
+  return ctx.__draws;
+}"""
 SET_RANGE = """([selector, value]) => {
   const input = document.querySelector(selector);
   input.value = value;
@@ -334,12 +345,15 @@ def test_explorers_in_jupyterlab(tmp_path, shakespeare_path, course_model):
         assert page.locator(f"{att} [data-part=strip]").get_attribute("data-query") == str(i)
         # keys: up moves the query, Escape clears it
         page.locator(heat).focus()
+        draws = page.evaluate(CANVAS_DRAWS, heat)
         timed("attention arrow key", lambda: page.keyboard.press("ArrowUp"))
         assert f"query {i - 1} " in _text(page, f"{att} [data-control=selection]")
+        assert page.evaluate(CANVAS_DRAWS, heat) == draws  # a new query: its marks change, the heatmap is not redrawn
         page.keyboard.press("Escape")
         assert "click a row" in _text(page, f"{att} [data-control=selection]")
         # all heads, then open head 2 by clicking its heatmap
         page.locator(f"{att} [data-control=head] [data-value=all]").click()
+        assert page.evaluate(CANVAS_DRAWS, heat) > draws  # (a new head is: the count counts)
         assert page.locator(f"{att} [data-control=head] [data-value=all]").get_attribute("aria-pressed") == "true"
         page.locator(f"{att}").screenshot(path=str(ARTIFACTS / "attention_all_heads.png"))
         # head 3 is the lower right of the 2 x 2 grid (attention.mjs: boxes, gap 10, a 14 px title above each)

@@ -102,6 +102,11 @@ export function stageLine(L, data, layer, head) {
 }
 
 // 1, 2 or 5 times a power of ten, at least x
+// Write a text only when it differs (writing the same text still replaces the node and its layout).
+function setText(el, text) {
+  if (el.textContent !== text) el.textContent = text;
+}
+
 function niceTop(x) {
   if (!(x > 0)) return 1;
   const p = Math.pow(10, Math.floor(Math.log10(x)));
@@ -201,7 +206,7 @@ class AttentionView {
       this.root.dataset.texts = String(Number(this.root.dataset.texts || 0) + 1); // texts drawn so far
     }
     return { text: m.get("text"), layer: m.get("layer"), head: m.get("head"), stage: m.get("stage"),
-      query: m.get("query"), key: m.get("key"), colors: m.get("colors") || "shared", payload: p };
+      query: m.get("query"), key: m.get("key"), colors: m.get("colors") || "shared", payload: p, labels: m.get("labels") };
   }
 
   effective(s) {
@@ -256,13 +261,22 @@ class AttentionView {
     if (s.head !== "all" && this.previewHead !== null) { this.preview = null; this.previewHead = null; } // (the grid's)
     this.heat.dataset.preview = this.preview === null ? "" : String(this.preview);
     this.layoutSizes();
-    this.stageInfo.textContent = stageLine(L, data, s.layer, s.head);
-    this.drawHeat(s, query, key, this.transition(s));
+    setText(this.stageInfo, stageLine(L, data, s.layer, s.head));
+    // Only what changed is drawn again: a query or key leaves the heatmap as it is (its marks are on the
+    // overlay), a stage or the colours leave the side panels; the strip and the read-outs change in place.
+    const blend = this.transition(s), size = `${this.S},${this.sideW},${this.compact},${this.tight},${window.devicePixelRatio || 1}`;
+    if (blend || this.changed("heat", [data.payload, s.labels, size, s.layer, s.head, s.stage, s.colors])) {
+      this.drawHeat(s, query, key, blend);
+    }
     this.drawOverlay();
     this.drawStrip(s, query);
-    this.drawSide(s, query, key);
-    this.readout.replaceChildren(...readoutLines(L, data, s.layer, s.head, query).map((t) => h("div", { text: t })));
-    this.selection.replaceChildren(...this.selectionText(s, query, key));
+    if (this.changed("side", [data.payload, s.labels, size, s.layer, s.head, query, key])) this.drawSide(s, query, key);
+    const lines = readoutLines(L, data, s.layer, s.head, query);
+    if (this.changed("readout", lines)) this.readout.replaceChildren(...lines.map((t) => h("div", { text: t })));
+    const selection = this.selectionText(s, query, key);
+    if (this.changed("selection", selection)) {
+      this.selection.replaceChildren(...selection.map((t) => (t ? h("span", { class: "gl-sub", text: t }) : this.clearQuery)));
+    }
     // compact: sized from the rows' heights before this draw; once more if its texts changed them
     if (this.tight && !this.again && this.rowsHeight() !== this.tightRows) {
       this.again = true;
@@ -270,6 +284,14 @@ class AttentionView {
       return;
     }
     painted(this.root);
+  }
+
+  // True when the values a part of the view was drawn from differ from the last ones (then kept).
+  changed(part, values) {
+    const last = (this.drawnFrom = this.drawnFrom || {})[part];
+    if (last && last.length === values.length && last.every((v, n) => v === values[n])) return false;
+    this.drawnFrom[part] = values;
+    return true;
   }
 
   // A short transition between two stages of the same scores (raw -> scaled -> masked): the colours
@@ -296,12 +318,12 @@ class AttentionView {
 
   selectionText(s, query, key) {
     const L = this.L, data = this.data;
-    if (s.head === "all") return [h("span", { class: "gl-sub", text: L("pick_head_hint") })];
-    if (query === null) return [h("span", { class: "gl-sub", text: L("pick_query_hint") })];
+    if (s.head === "all") return [L("pick_head_hint")];
+    if (query === null) return [L("pick_query_hint")];
     const c = cellStep(data, s.layer, s.head, query, key);
     const text = L("selection", { i: query, tok: data.tokens[query], j: c.key, ktok: data.tokens[c.key] }) +
       (key === null ? " " + L("largest_key") : "");
-    return [h("span", { class: "gl-sub", text }), this.clearQuery];
+    return [text, null]; // (null: the button that clears the query)
   }
 
   layoutSizes() {
@@ -485,26 +507,30 @@ class AttentionView {
       const out = [];
       spans.forEach((span, i) => { out.push(span); if (data.tokens[i] === "⏎") out.push(h("br")); });
       this.strip.replaceChildren(...out);
-      this.chars = { payload: data.payload, spans };
+      this.chars = { payload: data.payload, spans, shown: spans.map(() => ({})) };
     }
     this.tintStrip(s, this.preview !== null ? this.preview : query, this.previewHead);
   }
 
   // The weights of query i tint the text: of the head shown, or in the grid of the head under the mouse.
+  // Each span keeps what it was given last: only the styles, classes and titles that change are written.
   tintStrip(s, i, head = null) {
-    const data = this.data, T = data.T, spans = this.chars.spans;
+    const data = this.data, T = data.T, { spans, shown } = this.chars;
     const hd = s.head !== "all" ? s.head : head;
     const one = hd !== null && hd !== undefined && i !== null && i !== undefined;
+    if (!this.changed("strip", [data.payload, s.labels, s.layer, one ? hd : null, i === undefined ? null : i])) return;
     const w = one ? square(data, "weights", s.layer, hd).subarray(i * T, i * T + T) : null;
     const top = one ? rowStat(data, "max_weight", s.layer, hd, i) : 1;
+    const put = (span, was, name, value, write) => { if (was[name] !== value) { was[name] = value; write(span, value); } };
     for (let j = 0; j < T; j++) {
-      const span = spans[j];
+      const span = spans[j], was = shown[j];
       const a = one ? w[j] / (top || 1) : 0;
-      span.style.backgroundColor = one && visible(data, i, j) ? `rgba(33,102,172,${a.toFixed(3)})` : "";
-      span.style.color = a > 0.55 ? "#fff" : "";
-      span.classList.toggle("gl-query", i === j);
-      span.classList.toggle("gl-future", i !== null && i !== undefined && !visible(data, i, j));
-      span.title = one ? this.L("tip_char", { j, tok: data.tokens[j], w: w[j] }) : this.L("tip_char_pick", { j, tok: data.tokens[j] });
+      put(span, was, "bg", one && visible(data, i, j) ? `rgba(33,102,172,${a.toFixed(3)})` : "", (el, v) => { el.style.backgroundColor = v; });
+      put(span, was, "fg", a > 0.55 ? "#fff" : "", (el, v) => { el.style.color = v; });
+      put(span, was, "query", i === j, (el, v) => el.classList.toggle("gl-query", v));
+      put(span, was, "future", i !== null && i !== undefined && !visible(data, i, j), (el, v) => el.classList.toggle("gl-future", v));
+      put(span, was, "title", one ? this.L("tip_char", { j, tok: data.tokens[j], w: w[j] })
+        : this.L("tip_char_pick", { j, tok: data.tokens[j] }), (el, v) => { el.title = v; });
     }
     this.strip.dataset.query = i === null || i === undefined ? "" : String(i);
     this.strip.dataset.head = one ? String(hd) : "";

@@ -178,9 +178,12 @@ export function buttonGroup(name, options, onPick) {
     list.push(b);
     el.append(b);
   }
+  let shown = null; // the value the buttons show (set again to it: nothing to write)
   return {
     el,
     set(value) {
+      if (shown === String(value)) return;
+      shown = String(value);
       for (const [v, b] of buttons) {
         const on = v === String(value);
         b.classList.toggle("gl-on", on);
