@@ -128,7 +128,8 @@ class AttentionView {
     this.build();
     this.redraw = batched(() => this.draw());
     for (const name of TRAITS) model.on("change:" + name, this.redraw);
-    this.stopWatch = watchSize(el, (w) => { this.width = w; this.draw(); });
+    // a new size (or a window resize: the fonts or the zoom may have changed) draws every part again
+    this.stopWatch = watchSize(el, (w) => { this.width = w; this.drawnFrom = {}; this.draw(); });
     this.stopProbe = probeKernel(model, (live) => { this.live = live; this.redraw(); });
     this.draw();
   }
