@@ -15,7 +15,6 @@ import io
 import json
 import os
 import textwrap
-import unicodedata
 import zlib
 from collections.abc import Sequence
 from functools import cache
@@ -32,6 +31,7 @@ from matplotlib.text import Text
 from matplotlib.transforms import offset_copy
 
 from ..checkpoints import write_bytes_atomically
+from ..i18n import display_width as _columns
 from ..i18n import get_language, use_figure_fonts
 from ..runtime import one_thread
 from ..validation import check_choice, check_path
@@ -164,11 +164,6 @@ def thin_tick_labels(ax, every: int) -> None:
     for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
         for n, t in enumerate(labels):
             t.set_visible(n % every == 0)
-
-
-def _columns(text: str) -> int:
-    """Display width: a Chinese character (East Asian wide or fullwidth) takes two columns, as two letters."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def wrap_label(text: str, width: int) -> list[str]:
